@@ -1,0 +1,43 @@
+# jaxside: `make demo` sets up and annotates the bundled Llama sample; `make test` sets up and runs the tests.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+# Other interpreters the frame recorder is tested on (plain Python, no torch), when present.
+EXTRA_PYTHONS := $(foreach v,3.12 3.13,$(firstword $(wildcard $(HOME)/.pyenv/versions/$(v).*/bin/python)))
+
+.PHONY: setup demo test test-frames lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch 2.13.0 is pinned: here it is a local CPU wheel; any other version pulls GBs of CUDA.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/annotate samples/llama_model.py
+
+test: setup test-frames
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The frame recorder's tests under each extra interpreter, in a small venv of its own.
+test-frames:
+	@for py in $(EXTRA_PYTHONS); do \
+		v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+		venv=.venv-frames-$$v; \
+		[ -x $$venv/bin/pytest ] || { $$py -m venv $$venv && $$venv/bin/pip install --quiet pytest bytecode; }; \
+		echo "frame recorder on Python $$v:"; \
+		PYTHONPATH=. $$venv/bin/pytest -q -p no:cacheprovider tests/test_frames.py || exit 1; \
+	done
+
+lint: setup
+	$(VENV)/bin/ruff check annotate tracing render tests benchmarks samples
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .venv-frames-* build *.egg-info

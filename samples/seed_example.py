@@ -1,0 +1,17 @@
+"""The seed example: a torch function with a nested helper, from the torchax team's notebook."""
+
+import torch
+
+
+def my_mathy_thing(weight, hidden):
+    def other_math(a, b):
+        return (a + b) @ (a * b)
+
+    activation = torch.matmul(weight, hidden)
+    output = torch.sin(activation) + other_math(weight, hidden)
+    return output + hidden
+
+
+def example():
+    torch.manual_seed(0)
+    return my_mathy_thing, (torch.randn(4, 4), torch.randn(4, 4))

@@ -1,0 +1,29 @@
+"""Shared test helpers: loading the bundled samples by path."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+
+
+def load_sample(name: str) -> ModuleType:
+    """Import `samples/<name>.py` under the module name `<name>` (once)."""
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(SAMPLES / f"{name}.py"):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def sample():
+    return load_sample

@@ -1,0 +1,322 @@
+"""Record the calls, returns and local bindings of user code while it runs.
+
+Pure Python on purpose (no torch, no jax): the tracer plugs in a `Probe` that says which
+values are interesting, so this layer is tested on plain Python under every interpreter.
+
+Two backends behind one `Recorder`:
+
+- ``sys.monitoring`` (Python >= 3.12): only ``PY_START`` is a global event; a user code
+  object gets ``LINE`` and ``PY_RETURN`` switched on for it alone, and every other code
+  object answers ``DISABLE`` once, so the interpreter never calls back for library code.
+- ``sys.settrace`` (Python 3.11): the global trace function returns ``None`` for frames
+  that are not user code, so library code is never line-traced.
+
+Binding a local is detected without scanning every frame's locals on every line: the
+bytecode of each user code object is read once for the names each line stores
+(``STORE_FAST`` and its 3.13 fused forms, ``STORE_DEREF``, ``STORE_NAME``; never ``_``;
+the containers of item assignments, which update a tensor in place), and when a frame
+leaves a line only those names are looked up.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_VARARGS, CO_VARKEYWORDS
+from types import CodeType, FrameType
+from typing import Protocol
+
+import bytecode
+
+# sys.monitoring exists from 3.12 on, and is the cheap path where it exists: events are
+# enabled per code object and disabled for library code, instead of a Python call per
+# frame as settrace needs. Chosen here, and only here.
+DEFAULT_BACKEND = "monitoring" if sys.version_info >= (3, 12) else "settrace"
+
+_NOT_A_CALL = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+_STORE_OPS = frozenset({"STORE_FAST", "STORE_DEREF", "STORE_NAME", "STORE_GLOBAL"})
+# Python 3.13 fuses a store with its neighbour; the value is how many leading names are stored.
+_FUSED_STORE_OPS = {"STORE_FAST_LOAD_FAST": 1, "STORE_FAST_STORE_FAST": 2}
+
+
+class Probe(Protocol):
+    """What the recorder asks of the values it sees."""
+
+    def key(self, value: object) -> Hashable | None:
+        """A key for a value worth recording (a traced tensor), else None."""
+
+    def leaves(self, value: object) -> list[tuple[str, Hashable]]:
+        """``(path, key)`` for every recordable value inside a (possibly nested) value."""
+
+    def watermark(self) -> int:
+        """A counter of the work done so far (equations emitted), to place calls in it."""
+
+
+@dataclass
+class CallRecord:
+    """One call of a user function: where it ran, what it bound, what it took and gave."""
+
+    code: CodeType
+    receiver: object | None
+    args: list[tuple[str, Hashable]]
+    start: int
+    caller: tuple[CodeType, int] | None = None
+    """The calling user frame's code and instruction offset, at the call."""
+    end: int = -1
+    bindings: list[tuple[str, int, Hashable]] = field(default_factory=list)
+    returned: list[tuple[str, Hashable]] = field(default_factory=list)
+    children: list[CallRecord] = field(default_factory=list)
+    raised: bool = False
+
+    @property
+    def qualname(self) -> str:
+        return self.code.co_qualname
+
+    def walk(self) -> Iterable[CallRecord]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+@dataclass
+class _Active:
+    frame: FrameType
+    record: CallRecord
+    stores: dict[int, tuple[str, ...]]
+    line: int = -1
+    seen: dict[str, Hashable] = field(default_factory=dict)
+    """The key each local had when last looked at, so a value is bound to a name once."""
+
+
+class Recorder:
+    """Records every call of user code between `start()` and `stop()` as a tree."""
+
+    def __init__(
+        self, is_user_file: Callable[[str], bool], probe: Probe, backend: str = DEFAULT_BACKEND
+    ) -> None:
+        if backend not in _BACKENDS:
+            raise ValueError(f"`backend` must be one of {sorted(_BACKENDS)}, not {backend!r}")
+        self.is_user_file = is_user_file
+        self.probe = probe
+        self.roots: list[CallRecord] = []
+        self._stack: list[_Active] = []
+        self._user: dict[CodeType, dict[int, tuple[str, ...]] | None] = {}
+        self._backend = _BACKENDS[backend](self)
+
+    def __enter__(self) -> Recorder:
+        self._backend.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._backend.stop()
+        # Frames still open (the user's code raised through them) end where we stopped.
+        for active in self._stack:
+            active.record.raised = True
+            active.record.end = self.probe.watermark()
+        self._stack.clear()
+
+    # -- decisions, cached per code object ------------------------------------------
+
+    def stores_of(self, code: CodeType) -> dict[int, tuple[str, ...]] | None:
+        """Names stored per line if `code` is user code that forms a call, else None."""
+        try:
+            return self._user[code]
+        except KeyError:
+            pass
+        stores = None
+        if (
+            not code.co_flags & _NOT_A_CALL
+            and not code.co_name.startswith("<")
+            and self.is_user_file(code.co_filename)
+        ):
+            stores = _stores_by_line(code)
+        self._user[code] = stores
+        return stores
+
+    # -- events ---------------------------------------------------------------------
+
+    def on_call(self, frame: FrameType, stores: dict[int, tuple[str, ...]]) -> None:
+        code = frame.f_code
+        f_locals = frame.f_locals
+        nargs = code.co_argcount + code.co_kwonlyargcount
+        nargs += bool(code.co_flags & CO_VARARGS) + bool(code.co_flags & CO_VARKEYWORDS)
+        names = code.co_varnames[:nargs]
+        receiver = f_locals.get(names[0]) if names and names[0] == "self" else None
+        args: list[tuple[str, Hashable]] = []
+        seen: dict[str, Hashable] = {}
+        for name in names:
+            for path, key in self.probe.leaves(f_locals.get(name)):
+                args.append((name + path, key))
+                if not path:
+                    seen[name] = key
+        record = CallRecord(code, receiver, args, start=self.probe.watermark())
+        if self._stack:
+            parent = self._stack[-1]
+            record.caller = (parent.frame.f_code, parent.frame.f_lasti)
+            parent.record.children.append(record)
+        else:
+            self.roots.append(record)
+        self._stack.append(_Active(frame, record, stores, seen=seen))
+
+    def on_line(self, frame: FrameType, line: int) -> None:
+        if not self._stack or self._stack[-1].frame is not frame:
+            return
+        active = self._stack[-1]
+        if active.line in active.stores:
+            self._bind(active)
+        active.line = line
+
+    def on_return(self, frame: FrameType, value: object, raised: bool = False) -> None:
+        if not self._stack or self._stack[-1].frame is not frame:
+            return
+        active = self._stack.pop()
+        if active.line in active.stores:
+            self._bind(active)
+        record = active.record
+        record.end = self.probe.watermark()
+        record.raised = raised
+        if not raised:
+            record.returned = self.probe.leaves(value)
+
+    def _bind(self, active: _Active) -> None:
+        f_locals = active.frame.f_locals
+        key_of = self.probe.key
+        seen = active.seen
+        for name in active.stores[active.line]:
+            key = key_of(f_locals.get(name))
+            if key is not None and seen.get(name) is not key:
+                seen[name] = key
+                active.record.bindings.append((name, active.line, key))
+
+
+def _stores_by_line(code: CodeType) -> dict[int, tuple[str, ...]]:
+    """Per line, the locals to look up after it ran: the names it stores, and for an
+    item assignment (`cache[:, pos] = k`, an in-place update) the locals it reads."""
+    stores: dict[int, list[str]] = {}
+    loads: dict[int, list[str]] = {}
+    subscript_lines = set()
+    for instr in bytecode.Bytecode.from_code(code):
+        if not isinstance(instr, bytecode.Instr):
+            continue
+        if instr.name in _STORE_OPS:
+            targets = [instr.arg if isinstance(instr.arg, str) else instr.arg.name]
+        elif instr.name in _FUSED_STORE_OPS:  # 3.13 superinstructions, arg is a name pair
+            targets = list(instr.arg[: _FUSED_STORE_OPS[instr.name]])
+        elif instr.name == "STORE_SUBSCR":
+            subscript_lines.add(instr.lineno)
+            continue
+        elif instr.name.startswith("LOAD_FAST"):
+            loads.setdefault(instr.lineno, []).extend(
+                instr.arg if isinstance(instr.arg, tuple) else [instr.arg]
+            )
+            continue
+        else:
+            continue
+        stores.setdefault(instr.lineno, []).extend(targets)
+    for line in subscript_lines:
+        stores.setdefault(line, []).extend(loads.get(line, ()))
+    return {
+        line: tuple(dict.fromkeys(n for n in names if n != "_")) for line, names in stores.items()
+    }
+
+
+class _Settrace:
+    """Python 3.11: a global trace function that declines every non-user frame."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self._previous: object = None
+        self._raising: FrameType | None = None
+
+    def start(self) -> None:
+        self._previous = sys.gettrace()
+        sys.settrace(self._global)
+
+    def stop(self) -> None:
+        sys.settrace(self._previous)  # type: ignore[arg-type]
+
+    def _global(self, frame: FrameType, event: str, arg: object) -> object:
+        if event != "call":
+            return None
+        stores = self.recorder.stores_of(frame.f_code)
+        if stores is None:
+            return None
+        self.recorder.on_call(frame, stores)
+        return self._local
+
+    def _local(self, frame: FrameType, event: str, arg: object) -> object:
+        if event == "line":
+            if self._raising is frame:
+                self._raising = None  # the exception was handled inside this frame
+            self.recorder.on_line(frame, frame.f_lineno)
+        elif event == "return":
+            # settrace reports a return after an exception too, with `arg` None.
+            self.recorder.on_return(frame, arg, raised=frame is self._raising)
+        elif event == "exception":
+            self._raising = frame
+        return self._local
+
+
+class _Monitoring:
+    """Python >= 3.12: events only for user code objects; library code is DISABLEd."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.tool: int | None = None
+        self._local_codes: list[CodeType] = []
+
+    def start(self) -> None:
+        mon = sys.monitoring
+        for tool in (3, 4, mon.PROFILER_ID, 5):
+            try:
+                mon.use_tool_id(tool, "jaxside")
+            except ValueError:
+                continue
+            self.tool = tool
+            break
+        else:
+            raise RuntimeError("every sys.monitoring tool id is taken; jaxside needs one")
+        events = mon.events
+        mon.register_callback(self.tool, events.PY_START, self._start)
+        mon.register_callback(self.tool, events.LINE, self._line)
+        mon.register_callback(self.tool, events.PY_RETURN, self._return)
+        mon.register_callback(self.tool, events.PY_UNWIND, self._unwind)
+        # A code object DISABLEd by an earlier capture may be user code in this one.
+        mon.restart_events()
+        mon.set_events(self.tool, events.PY_START | events.PY_UNWIND)
+
+    def stop(self) -> None:
+        mon = sys.monitoring
+        mon.set_events(self.tool, 0)
+        for code in self._local_codes:
+            mon.set_local_events(self.tool, code, 0)
+        for event in (mon.events.PY_START, mon.events.LINE, mon.events.PY_RETURN,
+                      mon.events.PY_UNWIND):
+            mon.register_callback(self.tool, event, None)
+        mon.free_tool_id(self.tool)
+
+    def _start(self, code: CodeType, offset: int) -> object:
+        stores = self.recorder.stores_of(code)
+        if stores is None:
+            return sys.monitoring.DISABLE
+        if code not in self._local_codes:
+            events = sys.monitoring.events
+            sys.monitoring.set_local_events(self.tool, code, events.LINE | events.PY_RETURN)
+            self._local_codes.append(code)
+        self.recorder.on_call(sys._getframe(1), stores)
+        return None
+
+    def _line(self, code: CodeType, line: int) -> None:
+        self.recorder.on_line(sys._getframe(1), line)
+
+    def _return(self, code: CodeType, offset: int, value: object) -> None:
+        self.recorder.on_return(sys._getframe(1), value)
+
+    def _unwind(self, code: CodeType, offset: int, exception: BaseException) -> None:
+        self.recorder.on_return(sys._getframe(1), None, raised=True)
+
+
+_BACKENDS: dict[str, type] = {"settrace": _Settrace}
+if sys.version_info >= (3, 12):
+    _BACKENDS["monitoring"] = _Monitoring

@@ -1,0 +1,144 @@
+"""`Trace`: a traced JAX program and, for every value in it, where in the torch code it came from.
+
+Plain data: renderers read it without re-running torch.  Jaxpr vars (``jax.extend.core.Var``)
+are the keys; equations are referred to by their index in ``trace.jaxpr.jaxpr.eqns``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+InputKind = Literal["param", "buffer", "arg"]
+
+
+@dataclass(frozen=True)
+class Site:
+    """A span of source: the expression (or statement) an instruction belongs to."""
+
+    file: str
+    line: int
+    end_line: int
+    col: int
+    end_col: int
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where one jaxpr var came from."""
+
+    kind: Literal["param", "buffer", "arg", "op", "const"]
+    function: str
+    """Qualname of the function that produced it (`Attention.forward`), or of the entry."""
+    module_path: str | None = None
+    """For module methods, the module's path in the root module (`layers.0.attention`)."""
+    name: str | None = None
+    """The local it was bound to, the state_dict name of a param/buffer, or the argument name."""
+    site: Site | None = None
+    """The innermost user-code expression whose evaluation emitted it."""
+
+    @property
+    def file(self) -> str | None:
+        return self.site.file if self.site else None
+
+    @property
+    def line(self) -> int | None:
+        return self.site.line if self.site else None
+
+    @property
+    def expression(self) -> str | None:
+        return self.site.text if self.site else None
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of the jaxpr: a parameter, buffer or argument of the entry."""
+
+    var: Any
+    kind: InputKind
+    name: str
+    """state_dict path for params/buffers (`layers.0.attention.wqkv.weight`), else the
+    argument path in the entry's signature (`x`, `args[1]`, `cache['k']`)."""
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    """An input the code mutated in place (a KV cache): its new value is an extra output."""
+
+    input: Input
+    var: Any
+
+
+@dataclass
+class Call:
+    """One call of a user function (or module method) and the equations it emitted."""
+
+    function: str
+    """co_qualname: `Attention.forward`, `my_mathy_thing.<locals>.other_math`."""
+    file: str
+    line: int
+    """Line of the `def`."""
+    module_path: str | None = None
+    module_type: str | None = None
+    args: list[tuple[str, Any]] = field(default_factory=list)
+    """Traced values among the arguments, by parameter name (`x`, `args[0]`)."""
+    eqns: list[int] = field(default_factory=list)
+    """Equations emitted in this call itself, not in its children, in program order."""
+    inputs: list[Any] = field(default_factory=list)
+    """Vars the call reads that were made outside it (args, params, captured values)."""
+    outputs: list[Any] = field(default_factory=list)
+    """Vars made inside the call and used after it (or program outputs)."""
+    returned: list[tuple[str, Any]] = field(default_factory=list)
+    """Traced values in the return value, by path (`''` for a bare tensor, `[0]`, ...)."""
+    bindings: list[tuple[str, int, Any]] = field(default_factory=list)
+    """`(local name, line, var)` each time this call bound a local to a traced value."""
+    children: list[Call] = field(default_factory=list)
+    call_site: Site | None = None
+    """Where the caller called it (None for the root)."""
+    raised: bool = False
+
+    def walk(self) -> Iterator[Call]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def all_eqns(self) -> list[int]:
+        """Equations of this call and all its descendants, in program order."""
+        return sorted(i for call in self.walk() for i in call.eqns)
+
+
+@dataclass
+class Trace:
+    """A traced JAX program with provenance for each var and the user call tree."""
+
+    jaxpr: Any
+    """The `ClosedJaxpr`."""
+    inputs: list[Input]
+    """One per jaxpr invar, in order."""
+    outputs: list[tuple[str, Any]]
+    """The entry's traced outputs by path (`''`, `[0]`, `['logits']`), one per leading outvar."""
+    out_tree: Any
+    """torch pytree spec of the entry's return value; non-tensor leaves kept in `static_outputs`."""
+    static_outputs: dict[int, Any]
+    """Leaf index -> Python value for the return value's non-tensor leaves."""
+    state: list[StateUpdate]
+    """Inputs mutated in place; their new values follow the outputs in the jaxpr's outvars."""
+    root: Call
+    origins: dict[Any, Origin]
+    eqn_sites: list[Site | None]
+    """Per equation, the innermost user expression that emitted it."""
+    eqn_calls: list[Call]
+    """Per equation, the call that emitted it."""
+    entry: str
+    """What was traced: the entry's qualname (or the module class name)."""
+
+    def origin(self, var: Any) -> Origin | None:
+        return self.origins.get(var)
+
+    def calls(self, function: str) -> list[Call]:
+        """Every call of the function with this qualname (or name), in call order."""
+        return [
+            c for c in self.root.walk() if c.function == function or c.function.endswith("." + function)
+        ]
