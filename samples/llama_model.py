@@ -1,9 +1,8 @@
-"""A gpt-fast-style Llama: RMSNorm, rotary embeddings, grouped-query attention with a KV cache,
-and a SwiGLU feed-forward. Written for jaxside's samples; random weights, built from a config."""
-
-from __future__ import annotations
+"""A gpt-fast-style Llama: RMSNorm, rotary embeddings, grouped-query attention with a KV cache and a
+SwiGLU feed-forward. Built from a named config with random weights; rotary tables are real (cos, sin)."""
 
 from dataclasses import dataclass
+from typing import Self
 
 import torch
 import torch.nn as nn
@@ -12,7 +11,8 @@ from torch import Tensor
 
 
 def find_multiple(n: int, k: int) -> int:
-    return n if n % k == 0 else n + k - (n % k)
+    """The smallest multiple of k that is >= n."""
+    return -(-n // k) * k
 
 
 @dataclass
@@ -25,37 +25,39 @@ class ModelArgs:
     intermediate_size: int | None = None
     n_local_heads: int = -1
     head_dim: int = 64
-    rope_base: float = 10000
+    rope_base: float = 10000.0
     norm_eps: float = 1e-5
 
     def __post_init__(self):
         if self.n_local_heads == -1:
             self.n_local_heads = self.n_head
         if self.intermediate_size is None:
-            hidden_dim = 4 * self.dim
-            self.intermediate_size = find_multiple(int(2 * hidden_dim / 3), 256)
+            self.intermediate_size = find_multiple(int(2 * 4 * self.dim / 3), 256)
         self.head_dim = self.dim // self.n_head
 
     @classmethod
-    def from_name(cls, name: str) -> ModelArgs:
+    def from_name(cls, name: str) -> Self:
         return cls(**transformer_configs[name])
 
 
 transformer_configs = {
     "tiny": dict(block_size=64, vocab_size=256, n_layer=2, n_head=4, n_local_heads=2, dim=64),
-    "7B": dict(n_layer=32, n_head=32, dim=4096),
-    "70B": dict(n_layer=80, n_head=64, n_local_heads=8, dim=8192, intermediate_size=28672),
+    "7B": dict(block_size=4096, n_layer=32, n_head=32, dim=4096),
+    "70B": dict(block_size=4096, n_layer=80, n_head=64, n_local_heads=8, dim=8192, intermediate_size=28672),
 }
 
 
 class KVCache(nn.Module):
-    def __init__(self, max_batch_size, max_seq_length, n_heads, head_dim, dtype=torch.float32):
+    def __init__(
+        self, max_batch_size: int, max_seq_length: int, n_heads: int, head_dim: int, dtype=torch.float32
+    ):
         super().__init__()
-        cache_shape = (max_batch_size, n_heads, max_seq_length, head_dim)
-        self.register_buffer("k_cache", torch.zeros(cache_shape, dtype=dtype))
-        self.register_buffer("v_cache", torch.zeros(cache_shape, dtype=dtype))
+        shape = (max_batch_size, n_heads, max_seq_length, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype))
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype))
 
-    def update(self, input_pos, k_val, v_val):
+    def update(self, input_pos: Tensor, k_val: Tensor, v_val: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new keys and values at `input_pos` (in place) and return the whole caches."""
         k_out = self.k_cache
         v_out = self.v_cache
         k_out[:, :, input_pos] = k_val
@@ -64,44 +66,44 @@ class KVCache(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, config: ModelArgs) -> None:
+    def __init__(self, config: ModelArgs):
         super().__init__()
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layer))
-        self.norm = RMSNorm(config.dim, eps=config.norm_eps)
+        self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
 
-    def setup_caches(self, max_batch_size, max_seq_length):
-        head_dim = self.config.dim // self.config.n_head
+    def setup_caches(self, max_batch_size: int, max_seq_length: int):
+        """Give every attention layer a KV cache and precompute the rotary table and causal mask."""
+        config = self.config
         dtype = self.output.weight.dtype
-        for b in self.layers:
-            b.attention.kv_cache = KVCache(
-                max_batch_size, max_seq_length, self.config.n_local_heads, head_dim, dtype
+        for layer in self.layers:
+            layer.attention.kv_cache = KVCache(
+                max_batch_size, max_seq_length, config.n_local_heads, config.head_dim, dtype
             )
-        freqs_cis = precompute_freqs_cis(self.config.block_size, head_dim, self.config.rope_base)
+        freqs_cis = precompute_freqs_cis(max_seq_length, config.head_dim, config.rope_base)
         self.register_buffer("freqs_cis", freqs_cis.to(dtype))
-        causal = torch.tril(torch.ones(max_seq_length, max_seq_length, dtype=torch.bool))
-        self.register_buffer("causal_mask", causal)
+        causal_mask = torch.tril(torch.ones(max_seq_length, max_seq_length, dtype=torch.bool))
+        self.register_buffer("causal_mask", causal_mask)
 
     def forward(self, idx: Tensor, input_pos: Tensor) -> Tensor:
-        mask = self.causal_mask[None, None, input_pos]
+        """idx: (batch, seq) token ids at positions input_pos: (seq,) -> logits (batch, seq, vocab)."""
         freqs_cis = self.freqs_cis[input_pos]
+        mask = self.causal_mask[None, None, input_pos]
         x = self.tok_embeddings(idx)
         for layer in self.layers:
             x = layer(x, input_pos, freqs_cis, mask)
-        x = self.norm(x)
-        logits = self.output(x)
-        return logits
+        return self.output(self.norm(x))
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, config: ModelArgs) -> None:
+    def __init__(self, config: ModelArgs):
         super().__init__()
         self.attention = Attention(config)
         self.feed_forward = FeedForward(config)
-        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
         self.attention_norm = RMSNorm(config.dim, config.norm_eps)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
 
     def forward(self, x: Tensor, input_pos: Tensor, freqs_cis: Tensor, mask: Tensor) -> Tensor:
         h = x + self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)
@@ -112,44 +114,40 @@ class TransformerBlock(nn.Module):
 class Attention(nn.Module):
     def __init__(self, config: ModelArgs):
         super().__init__()
-        total_head_dim = (config.n_head + 2 * config.n_local_heads) * config.head_dim
-        self.wqkv = nn.Linear(config.dim, total_head_dim, bias=False)
-        self.wo = nn.Linear(config.dim, config.dim, bias=False)
-        self.kv_cache = None
         self.n_head = config.n_head
-        self.head_dim = config.head_dim
         self.n_local_heads = config.n_local_heads
-        self.dim = config.dim
+        self.head_dim = config.head_dim
+        q_size = config.n_head * config.head_dim
+        kv_size = config.n_local_heads * config.head_dim
+        self.split_sizes = [q_size, kv_size, kv_size]
+        self.wqkv = nn.Linear(config.dim, q_size + 2 * kv_size, bias=False)
+        self.wo = nn.Linear(q_size, config.dim, bias=False)
+        self.kv_cache: KVCache | None = None
 
-    def forward(self, x: Tensor, freqs_cis: Tensor, mask: Tensor, input_pos: Tensor | None = None):
+    def forward(self, x: Tensor, freqs_cis: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
         bsz, seqlen, _ = x.shape
-
-        kv_size = self.n_local_heads * self.head_dim
-        q, k, v = self.wqkv(x).split([self.dim, kv_size, kv_size], dim=-1)
-
+        q, k, v = self.wqkv(x).split(self.split_sizes, dim=-1)
         q = q.view(bsz, seqlen, self.n_head, self.head_dim)
         k = k.view(bsz, seqlen, self.n_local_heads, self.head_dim)
         v = v.view(bsz, seqlen, self.n_local_heads, self.head_dim)
 
         q = apply_rotary_emb(q, freqs_cis)
         k = apply_rotary_emb(k, freqs_cis)
-
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
 
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)
 
-        k = k.repeat_interleave(self.n_head // self.n_local_heads, dim=1)
-        v = v.repeat_interleave(self.n_head // self.n_local_heads, dim=1)
+        groups = self.n_head // self.n_local_heads
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
-
-        y = y.transpose(1, 2).contiguous().view(bsz, seqlen, self.dim)
-        y = self.wo(y)
-        return y
+        y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
+        return self.wo(y)
 
 
 class FeedForward(nn.Module):
-    def __init__(self, config: ModelArgs) -> None:
+    def __init__(self, config: ModelArgs):
         super().__init__()
         self.w1 = nn.Linear(config.dim, config.intermediate_size, bias=False)
         self.w3 = nn.Linear(config.dim, config.intermediate_size, bias=False)
@@ -165,42 +163,38 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def _norm(self, x):
+    def _norm(self, x: Tensor) -> Tensor:
         return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        output = self._norm(x.float()).type_as(x)
-        return output * self.weight
+        return self._norm(x.float()).type_as(x) * self.weight
 
 
-def precompute_freqs_cis(seq_len: int, n_elem: int, base: float = 10000) -> Tensor:
-    """Rotary angles as a real table: (seq_len, n_elem // 2, 2) holding (cos, sin)."""
-    freqs = 1.0 / (base ** (torch.arange(0, n_elem, 2)[: (n_elem // 2)].float() / n_elem))
-    t = torch.arange(seq_len, device=freqs.device)
-    freqs = torch.outer(t, freqs)
-    return torch.stack([torch.cos(freqs), torch.sin(freqs)], dim=-1)
+def precompute_freqs_cis(seq_len: int, n_elem: int, base: float = 10000.0) -> Tensor:
+    """Rotary table of shape (seq_len, n_elem // 2, 2): the (cos, sin) of each position's angles."""
+    inv_freq = 1.0 / base ** (torch.arange(0, n_elem, 2).float() / n_elem)
+    angles = torch.outer(torch.arange(seq_len).float(), inv_freq)
+    return torch.stack([torch.cos(angles), torch.sin(angles)], dim=-1)
 
 
 def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
-    xshaped = x.float().reshape(*x.shape[:-1], -1, 2)
-    freqs_cis = freqs_cis.view(1, xshaped.size(1), 1, xshaped.size(3), 2)
-    x_out2 = torch.stack(
-        [
-            xshaped[..., 0] * freqs_cis[..., 0] - xshaped[..., 1] * freqs_cis[..., 1],
-            xshaped[..., 1] * freqs_cis[..., 0] + xshaped[..., 0] * freqs_cis[..., 1],
-        ],
-        -1,
-    )
-    x_out2 = x_out2.flatten(3)
-    return x_out2.type_as(x)
+    """Rotate consecutive pairs of x: (batch, seq, heads, head_dim) by freqs_cis: (seq, head_dim // 2, 2)."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    x_re, x_im = pairs[..., 0], pairs[..., 1]
+    cos = freqs_cis[:, None, :, 0]
+    sin = freqs_cis[:, None, :, 1]
+    rotated = torch.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], dim=-1)
+    return rotated.flatten(-2).type_as(x)
 
 
-def build(name: str = "tiny", device: str | None = None, max_batch_size: int = 1) -> Transformer:
-    """A model with random weights and caches set up; `device="meta"` allocates nothing."""
+def build(name: str = "tiny", device: str | torch.device | None = None) -> Transformer:
+    """A random-weight model with caches for batch 1 and the config's block size.
+
+    With device="meta" nothing is allocated, so even "70B" builds instantly."""
     config = ModelArgs.from_name(name)
-    with torch.device(device or "cpu"):
+    with torch.device(device if device is not None else torch.get_default_device()):
         model = Transformer(config)
-        model.setup_caches(max_batch_size, config.block_size)
+        model.setup_caches(max_batch_size=1, max_seq_length=config.block_size)
     return model.eval()
 
 

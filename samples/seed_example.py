@@ -1,4 +1,4 @@
-"""The seed example: a torch function with a nested helper, from the torchax team's notebook."""
+"""The project's seed example: a plain torch function with a nested helper."""
 
 import torch
 
