@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Other interpreters the frame recorder is tested on (plain Python, no torch), when present.
 EXTRA_PYTHONS := $(foreach v,3.12 3.13,$(firstword $(wildcard $(HOME)/.pyenv/versions/$(v).*/bin/python)))
 
-.PHONY: setup demo test test-frames lint bench clean
+.PHONY: setup demo test test-frames browser lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,14 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/annotate samples/llama_model.py
 
-test: setup test-frames
+test: setup test-frames browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Debian's Chromium renders the HTML view in a test; installed when we may (root with apt).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium is not installed: the HTML screenshot test will be skipped"
 
 # The frame recorder's tests under each extra interpreter, in a small venv of its own.
 test-frames:
