@@ -60,7 +60,9 @@ def test_comments_beside_below_with_counts_and_code_untouched():
     assert lines[3] == "def block(x, w):  # jax: def block_fn(x, w)  ×3"
     assert lines[4] == "    h = x @ w  # h = x @ w  ×3"
     # A multi-line statement gets its comment below its last line, at its indentation.
-    assert lines[5:9] == ["    y = torch.nn.functional.silu(", "        h", "    )", "    # y = jax.nn.silu(h)  ×3"]
+    assert lines[5:9] == [
+        "    y = torch.nn.functional.silu(", "        h", "    )", "    # y = jax.nn.silu(h)  ×3"
+    ]
     # The loop body ran twice per call: shown once, counted.
     assert lines[10] == "        y = y * 2  # y_1 = y * 2  ×6"
     # Lines that never ran are as they were.
