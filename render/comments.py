@@ -129,47 +129,43 @@ def same_code(original: str, annotated: str) -> bool:
 def notes_for(
     program: Any, trace: Any, path: str, source_map: SourceMap, *, shapes: bool = False
 ) -> dict[int, Note]:
-    """Gather the program's statements that came from `path`, per torch statement."""
+    """Gather the program's statements that came from `path`, per torch statement.
+
+    A def stands for every call it was used for, so its lines ran that many times more. In
+    a def's body, statements come in execution order: a torch statement ran once more each
+    time its statements start again after another statement's (a loop), or when it calls a
+    def again from the same expression (a one-line loop over layers).
+    """
     target = str(Path(path).resolve())
-    per_function: dict[tuple[int, Any], Note] = {}
-    forms: dict[int, set[tuple[str, ...]]] = {}
+    merged: dict[int, Note] = {}
     for function in program.functions:
         calls = len(function.calls)
-        seen_sites: dict[tuple, int] = {}
         local: dict[int, Note] = {}
+        mark = _def_mark(function, source_map)
+        if mark is not None:
+            local[mark[0]] = Note([mark[1]], 1)
+        anchor, spans = None, set()
         for statement in function.body:
             site = statement.site
-            if site is None or str(Path(site.file).resolve()) != target:
-                continue
-            node = source_map.statement_at(site.line)
-            if node is None:
+            node = source_map.statement_at(site.line) if site is not None else None
+            if node is None or str(Path(site.file).resolve()) != target:
                 continue
             span = (site.line, site.col, site.end_line, site.end_col)
-            seen_sites[span] = seen_sites.get(span, 0) + 1
             note = local.setdefault(node.lineno, Note())
-            if seen_sites[span] == 1:
+            if node.lineno != anchor or (statement.call is not None and span in spans):
+                anchor, spans = node.lineno, set()
+                note.count += 1
+            spans.add(span)
+            if note.count == 1:
                 text = statement_text(statement, trace, shapes=shapes)
                 if text not in note.texts:
                     note.texts.append(text)
         for line, note in local.items():
-            spans = [n for s, n in seen_sites.items() if source_map.statement_at(s[0]) is not None
-                     and source_map.statement_at(s[0]).lineno == line]
-            note.count = max(spans, default=1) * calls
-            per_function[(line, function.name)] = note
-            forms.setdefault(line, set()).add(tuple(note.texts))
-        signature = _def_mark(function, source_map)
-        if signature is not None:
-            line, text = signature
-            mark = per_function.setdefault((line, function.name), Note())
-            mark.texts.insert(0, text)
-            mark.count = calls
-            forms.setdefault(line, set()).add(tuple(mark.texts))
-    merged: dict[int, Note] = {}
-    for (line, _name), note in per_function.items():
-        if line in merged:
-            merged[line].count += note.count
-            continue
-        merged[line] = Note(list(note.texts), note.count, len(forms[line]))
+            if line in merged:  # the same torch line in another def: a call of another form
+                merged[line].count += note.count * calls
+                merged[line].variants += 1
+            else:
+                merged[line] = Note(note.texts, note.count * calls)
     return merged
 
 

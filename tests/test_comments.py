@@ -20,6 +20,7 @@ SOURCE = textwrap.dedent('''\
         )
         for _ in range(2):
             y = y * 2
+            y = y + 1
         return y
 
 
@@ -31,7 +32,8 @@ PATH = "/models/block.py"
 
 def statement(targets, code, line, col=8, end_col=20, end_line=None):
     site = Site(PATH, line, end_line or line, col, end_col, None)
-    return SimpleNamespace(targets=targets, value=ast.parse(code, mode="eval").body, eqns=[], site=site)
+    value = ast.parse(code, mode="eval").body
+    return SimpleNamespace(targets=targets, value=value, eqns=[], site=site, call=None)
 
 
 def program(calls=1, body=None):
@@ -42,7 +44,9 @@ def program(calls=1, body=None):
             statement(["h"], "x @ w", 5),
             statement(["y"], "jax.nn.silu(h)", 6, end_line=8),
             statement(["y_1"], "y * 2", 10, col=12, end_col=17),
-            statement(["y_2"], "y_1 * 2", 10, col=12, end_col=17),
+            statement(["y_2"], "y_1 + 1", 11, col=12, end_col=17),
+            statement(["y_3"], "y_2 * 2", 10, col=12, end_col=17),
+            statement(["y_4"], "y_3 + 1", 11, col=12, end_col=17),
         ],
     )
     return SimpleNamespace(functions=[function])
@@ -65,6 +69,7 @@ def test_comments_beside_below_with_counts_and_code_untouched():
     ]
     # The loop body ran twice per call: shown once, counted.
     assert lines[10] == "        y = y * 2  # y_1 = y * 2  ×6"
+    assert lines[11] == "        y = y + 1  # y_2 = y_1 + 1  ×6"
     # Lines that never ran are as they were.
     assert out.endswith("def unused(x):\n    return x + 1\n")
 
@@ -83,6 +88,7 @@ def test_variants_are_reported():
     source_map = SourceMap(SOURCE)
     notes = notes_for(SimpleNamespace(functions=[first, second]), None, PATH, source_map)
     assert notes[5] == Note(["h = x @ w"], 2, 2)
+    assert notes[4].variants == 2
     out = place(source_map, notes)
     assert "# h = x @ w  ×2  (2 forms: calls differ in shapes or dtypes)" in out
 
@@ -93,3 +99,14 @@ def test_line_with_backslash_continuation_gets_comment_below():
     out = place(source_map, {2: Note(["y = x + 1"], 1)})
     assert same_code(source, out)
     assert out.splitlines()[3] == "    # y = x + 1"
+
+
+def test_a_call_repeated_from_one_expression_counts_each_time():
+    first = statement(["y"], "block_fn(x, w)", 10, col=12, end_col=17)
+    again = statement(["y_1"], "block_fn(y, w)", 10, col=12, end_col=17)
+    split = [statement([name], f"parts[{i}]", 5) for i, name in enumerate(("q", "k", "v"))]
+    first.call = again.call = object()
+    source_map = SourceMap(SOURCE)
+    notes = notes_for(program(body=[*split, first, again]), None, PATH, source_map)
+    assert notes[10].count == 2 and notes[10].texts == ["y = block_fn(x, w)"]
+    assert notes[5].count == 1 and notes[5].texts == ["q = parts[0]", "k = parts[1]", "v = parts[2]"]
