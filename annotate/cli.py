@@ -1,43 +1,246 @@
 """Command line: ``annotate FILE [--entry EXPR] [--inputs EXPR] [--kwargs EXPR] [--setup STMTS]
-[--export] [-o PATH] [--check]``.
+[--export] [-o PATH] [--check]`` and the flags in `build_parser`.
 
-Status goes to stderr; the annotated file or the exported module to stdout unless ``-o``.
-Exit codes: 0 ok, 1 ``--check`` found a mismatch, 2 bad usage or input, 3 the user's code
-raised, 123 internal error.
+Status and progress go to stderr; the annotated file or the exported module to stdout unless
+``-o``. Exit codes: 0 ok, 1 ``--check`` found a mismatch, 2 bad usage or input, 3 the user's
+code raised (or cannot be traced), 123 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_USER_CODE, EXIT_INTERNAL = 0, 1, 2, 3, 123
+from annotate.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Context,
+    Failure,
+    UserCodeRaised,
+    describe,
+    report,
+)
+
+__all__ = ["build_parser", "emit", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error reported as one line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Failure(message, "see annotate --help")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="annotate",
         description="Trace a PyTorch file through torchax and write the JAX each line produced.",
+        epilog="Exit codes: 0 ok, 1 --check mismatch, 2 bad usage or input, 3 your code raised or "
+        "cannot be traced, 123 internal error. See docs/usage.md and docs/errors.md.",
     )
-    parser.add_argument("file", metavar="FILE", help="the torch model file")
-    parser.add_argument("--entry", metavar="EXPR", help="what to trace: a function or module, "
-                        "as an expression in FILE's namespace (default: FILE's example())")
-    parser.add_argument("--inputs", metavar="EXPR", help="positional inputs, an expression giving a tuple")
-    parser.add_argument("--kwargs", metavar="EXPR", help="keyword inputs, an expression giving a dict")
-    parser.add_argument("--setup", metavar="STMTS", help="statements run with `model` bound to the entry")
-    parser.add_argument("--export", action="store_true", help="write a structured JAX module instead")
-    parser.add_argument("-o", "--output", metavar="PATH", help="write here instead of stdout")
-    parser.add_argument("--check", action="store_true", help="run the export and compare with torch")
+    add = parser.add_argument
+    add("file", metavar="FILE", help="the torch model file (never modified)")
+    add("--entry", metavar="EXPR", help="what to trace: a function or module, as an expression in "
+        "FILE's namespace with torch imported (default: FILE's example())")
+    add("--inputs", metavar="EXPR", help="positional inputs: a tuple expression (anything else is the "
+        "single argument)")
+    add("--kwargs", metavar="EXPR", help="keyword inputs: a dict expression; non-tensor values stay "
+        "Python constants, e.g. \"dict(use_cache=False)\"")
+    add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound to the "
+        "entry, e.g. 'model.setup_caches(1, 64)'")
+    add("--export", action="store_true", help="write a structured JAX module instead of comments")
+    add("-o", "--output", metavar="PATH", help="write the result here instead of stdout (only if it "
+        "changed; never FILE itself)")
+    add("--check", action="store_true", help="run the exported module and compare it with torch")
+    add("--rtol", type=float, default=None, metavar="X", help="relative tolerance for --check")
+    add("--atol", type=float, default=None, metavar="X", help="absolute tolerance for --check")
+    add("--abstract", action="store_true", help="build the entry on the meta device and trace shapes "
+        "only: no weight is allocated (a 70B model on a laptop)")
+    add("--shapes", action="store_true", help="show each value's shape and dtype in the comments")
+    add("--html", metavar="PATH", help="also write a side-by-side HTML view to PATH (alone, without "
+        "--export or -o, only the HTML is written)")
+    add("--watch", metavar="PATH_OR_MODULE", action="append", default=[], help="also record this "
+        "file, directory or module as user code (repeatable)")
+    add("--debug", action="store_true", help="on error, show the full Python traceback")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = build_parser().parse_args(argv)
-    from annotate.loading import load_entry
-    from tracing import capture
+    parser = build_parser()
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exit:  # --help
+        return int(exit.code or 0)
+    except Failure as failure:
+        print(failure.text(), file=sys.stderr)
+        return failure.code
+    context = Context(options.file)
+    try:
+        _check_options(options)
+        from annotate.loading import isolated
 
-    entry = load_entry(options)
-    trace = capture(entry.fn, *entry.args, **entry.kwargs)
-    print(f"traced {trace.entry}: {len(trace.jaxpr.jaxpr.eqns)} equations", file=sys.stderr)
-    return EXIT_OK
+        with isolated():
+            return _run(options, context)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
+        failure = describe(error, context)
+        report(failure, context, error, debug=options.debug)
+        return failure.code
+
+
+def _run(options: argparse.Namespace, context: Context) -> int:
+    from annotate.loading import find_entry, load_file, namespace_of
+    from tracing import Capture, CaptureError, user_code
+    from tracing._capture import PROGRESS_AFTER
+
+    started = time.monotonic()
+    file = str(Path(options.file).resolve())
+    # The user's prints must not land in the annotated file or module on stdout.
+    with contextlib.redirect_stdout(sys.stderr), _traceback_filtering(not options.debug):
+        watch = [file]
+        context.is_user_file = user_code(None, watch)
+        module = load_file(options.file)
+        context.namespace = namespace_of(module)
+        watch += [_resolve_watch(item) for item in options.watch]
+        entry = find_entry(module, options, abstract=options.abstract)
+        context.is_user_file = user_code(entry.fn, watch)
+        capture = Capture(watch=watch, abstract=options.abstract, progress=_print_progress)
+        try:
+            trace = capture(entry.fn, *entry.args, **entry.kwargs)
+        except CaptureError:
+            raise
+        except (Exception, SystemExit) as error:
+            raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
+    if time.monotonic() - started > PROGRESS_AFTER:
+        print(f"annotate: rendering: {len(trace.jaxpr.jaxpr.eqns):,} equations, "
+              f"{time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    code = EXIT_OK
+    if options.export or options.check:
+        from annotate.export import run
+
+        code = run(options, entry, trace)
+    elif not options.html or options.output:
+        from render.comments import annotate_file
+
+        emit(annotate_file(trace, file, shapes=options.shapes), options)
+    if options.html:
+        from render.html import side_by_side
+
+        _write(side_by_side(trace, file, shapes=options.shapes), options.html, options.file, "--html")
+    return code
+
+
+@contextlib.contextmanager
+def _traceback_filtering(on: bool) -> Iterator[None]:
+    """JAX hides its own frames from tracebacks; --debug wants them all."""
+    import jax
+
+    previous = jax.config.jax_traceback_filtering
+    if not on:
+        jax.config.update("jax_traceback_filtering", "off")
+    try:
+        yield
+    finally:
+        jax.config.update("jax_traceback_filtering", previous)
+
+
+def emit(text: str, options: argparse.Namespace) -> None:
+    """Write the result to ``-o`` (only if it changed) or to stdout."""
+    if options.output:
+        _write(text, options.output, options.file, "-o")
+    else:
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        sys.stdout.flush()
+
+
+def _write(text: str, path: str, file: str, flag: str) -> None:
+    target = Path(path)
+    _check_target(path, file, flag)
+    try:
+        if target.exists() and target.read_bytes() == text.encode("utf-8"):
+            print(f"annotate: {path} unchanged", file=sys.stderr)
+            return
+        with open(target, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+    except OSError as error:
+        raise Failure(f"cannot write it ({error.strerror})",
+                      "choose a path in a directory you can write to", file=path) from None
+    print(f"annotate: wrote {path}", file=sys.stderr)
+
+
+def _check_options(options: argparse.Namespace) -> None:
+    """Refuse what cannot work before importing torch or loading anything."""
+    from annotate.loading import check_source
+
+    check_source(options.file)
+    if options.abstract and options.check:
+        raise Failure("--check compares numbers with torch, and --abstract has none",
+                      "drop --abstract to check, or --check to see the abstract trace")
+    for name in ("rtol", "atol"):
+        value = getattr(options, name)
+        if value is not None and not value >= 0:
+            raise Failure(f"--{name} must be a number >= 0, not {value}", f"e.g. --{name} 1e-5")
+    if options.output and options.html and Path(options.output).resolve() == Path(options.html).resolve():
+        raise Failure("-o and --html name the same file", "give them different paths",
+                      file=options.output)
+    for flag, path in (("-o", options.output), ("--html", options.html)):
+        if path:
+            _check_target(path, options.file, flag)
+
+
+def _check_target(path: str, file: str, flag: str) -> None:
+    target = Path(path)
+    source = Path(file)
+    if target.resolve() == source.resolve() or (
+        target.exists() and source.exists() and os.path.samefile(target, source)
+    ):
+        raise Failure(f"{flag} names FILE itself, and annotate never overwrites its input",
+                      f"write somewhere else, e.g. {flag} {source.stem}_jax.py", file=path)
+    if target.is_dir():
+        raise Failure(f"{flag} names a directory", "give a file path", file=path)
+    directory = target.resolve().parent
+    if not directory.is_dir():
+        raise Failure(f"its directory {directory} does not exist", f"create it, or choose another {flag}",
+                      file=path)
+    if not os.access(directory, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise Failure("cannot write there (permission denied)",
+                      f"choose another {flag} in a directory you can write to", file=path)
+
+
+def _resolve_watch(item: str) -> str:
+    """A --watch item as a path: files and directories as given, a module as its file or package."""
+    if Path(item).exists():
+        return str(Path(item).resolve())
+    try:
+        spec = importlib.util.find_spec(item)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return str(Path(next(iter(spec.submodule_search_locations))).resolve())
+    if spec is not None and spec.origin and Path(spec.origin).exists():
+        return str(Path(spec.origin).resolve())
+    raise Failure(f"--watch {item}: no such file, directory or importable module",
+                  "give a path, or a module name FILE can import")
+
+
+def _print_progress(progress: Any) -> None:
+    where = ""
+    if progress.module_path is not None:
+        where = f" {progress.module_path or 'the root module'}" + (
+            f" ({progress.module_type})" if progress.module_type else ""
+        )
+    print(f"annotate: {progress.phase}{where}: {progress.equations:,} equations, {progress.seconds:.1f} s",
+          file=sys.stderr, flush=True)
+
+
+def _name(fn: Any) -> str:
+    return type(fn).__name__ if not hasattr(fn, "__qualname__") else fn.__qualname__

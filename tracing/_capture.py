@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import bisect
 import contextlib
+import dataclasses
 import inspect
 import os
+import re
 import sys
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FrameType, TracebackType
 from typing import Any
 
 import jax
@@ -25,7 +30,6 @@ from tracing.trace import Call, Input, Origin, Site, StateUpdate, Trace
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve()) + os.sep
     for p in (
-        os.path.dirname(os.__file__),  # the standard library
         os.path.dirname(torch.__file__),
         os.path.dirname(jax.__file__),
         os.path.dirname(_internals.torchax.__file__),
@@ -33,10 +37,75 @@ _LIBRARY_DIRS = tuple(
           for package in ("annotate", "tracing", "render")),
     )
 )
+# The standard library, but not the site-packages inside it (a system Python's): a modeling file
+# of an installed package is user code when asked for.
+_STDLIB_DIR = str(Path(os.path.dirname(os.__file__)).resolve()) + os.sep
+_SITE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 class CaptureError(Exception):
-    """The entry could not be traced; the message says why."""
+    """The entry could not be traced; the message says why.
+
+    `site` is the user expression that was running (when known), `file` and `line` where it is.
+    Other exceptions the user's code raises while traced propagate unchanged.
+    """
+
+    def __init__(
+        self, message: str, *, site: Site | None = None, file: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.site = site
+        self.file = file if file is not None else site.file if site else None
+        self.line = line if line is not None else site.line if site else None
+
+
+class InputsError(CaptureError):
+    """The inputs do not fit the entry's signature (`file`/`line`: its ``def``)."""
+
+
+class ValueDependentError(CaptureError):
+    """User code needed a traced tensor's value in Python: an ``if`` on it, ``.item()``, a mask index.
+
+    Tracing knows shapes and dtypes only, so Python cannot decide it."""
+
+
+class UnsupportedOpError(CaptureError):
+    """torchax has no JAX lowering for an op the user's code called (`op`, e.g. ``aten::foo``)."""
+
+    def __init__(self, message: str, *, op: str | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.op = op
+
+
+class MixedDeviceError(CaptureError):
+    """A plain (CPU) torch tensor met a traced one; `names` are the user's names for it, if found."""
+
+    def __init__(self, message: str, *, names: tuple[str, ...] = (), **where: Any) -> None:
+        super().__init__(message, **where)
+        self.names = names
+
+
+class OutputError(CaptureError):
+    """The entry returned traced tensors inside an object torch's pytree cannot flatten."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a long capture has got, for a progress line."""
+
+    phase: str
+    """``"tracing"`` (running the code) or ``"recording"`` (building the `Trace`)."""
+    seconds: float
+    equations: int
+    module_path: str | None = None
+    """The module being called (``layers.37.attention``; ``""`` for the root), when tracing."""
+    module_type: str | None = None
+
+
+PROGRESS_AFTER = 2.0
+"""Seconds before the first progress report: short captures report nothing."""
+PROGRESS_EVERY = 1.0
+"""Seconds between progress reports."""
 
 
 @dataclass
@@ -47,11 +116,14 @@ class Capture:
     that is recorded; the files defining the entry (and, for a module, its submodules'
     classes) are always watched. With `abstract`, tensors become `jax.ShapeDtypeStruct`s,
     so a model built on the ``meta`` device is traced without allocating a weight.
+    `progress` is called with a `Progress` once a capture has run `PROGRESS_AFTER` seconds,
+    then at most every `PROGRESS_EVERY` seconds.
     """
 
     watch: Iterable[str | os.PathLike[str]] = ()
     backend: str = DEFAULT_BACKEND
     abstract: bool = False
+    progress: Callable[[Progress], None] | None = None
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Trace:
         return _Session(self, fn, args, kwargs).run()
@@ -90,6 +162,43 @@ class _Probe:
     def watermark(self) -> int:
         return _internals.equation_count(self.frame) if self.frame is not None else 0
 
+    def library_calls(self, pause: Callable[[], object], resume: Callable[[], object]) -> _LibraryCalls:
+        return _LibraryCalls(pause, resume)
+
+
+# Tensor types whose torch functions are all library code; a user subclass may call back.
+_LIBRARY_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, _internals.TorchaxTensor})
+
+
+class _LibraryCalls(torch.overrides.TorchFunctionMode):
+    """Runs each torch function with the frame hook paused: under settrace, the torchax and
+    JAX frames of an op are most of the hook's cost, and they never call user code back
+    unless handed a callable (``torch.cond``, hooks) or a user tensor subclass."""
+
+    def __init__(self, pause: Callable[[], object], resume: Callable[[], object]) -> None:
+        super().__init__()
+        self.pause, self.resume = pause, resume
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if not _LIBRARY_TENSORS.issuperset(types) or _passes_callable(args, kwargs):
+            return func(*args, **kwargs)
+        self.pause()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.resume()
+
+
+def _passes_callable(args: tuple, kwargs: dict) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (tuple, list)):
+            if any(callable(item) for item in value):
+                return True
+        elif callable(value):
+            return True
+    return False
+
 
 @dataclass
 class _InputSlot:
@@ -113,6 +222,9 @@ class _Session:
         target = fn.forward if isinstance(fn, torch.nn.Module) else fn
         self.bound = _bind(target, args, kwargs)
         self.user_file = _user_files(fn, self.module, options.watch)
+        self.module_paths: dict[int, str] = {}
+        if self.module is not None:
+            self.module_paths = {id(m): p for p, m in self.module.named_modules(remove_duplicate=False)}
         self.slots: list[_InputSlot] = []
         self.arg_leaves: dict[str, tuple[list[Any], Any]] = {}
         self.aliases: dict[str, list[str]] = {}
@@ -136,7 +248,7 @@ class _Session:
                     self.aliases[name] = [name]
                     self.slots.append(_InputSlot(kind, name, tensor))
         for name, value in self.bound.arguments.items():
-            leaves, spec = torch_pytree.tree_flatten_with_path(value)
+            leaves, spec = _flatten_with_path(value)
             self.arg_leaves[name] = ([leaf for _, leaf in leaves], spec)
             for path, leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
@@ -159,6 +271,7 @@ class _Session:
         env = _internals.torchax.default_env()
         probe = _Probe()
         recorder = Recorder(self.user_file, probe, self.options.backend)
+        reporter = _Reporter(self.options.progress, probe)
         result: dict[str, Any] = {}
 
         def traced(*flat: Any) -> list[Any]:
@@ -169,22 +282,48 @@ class _Session:
                 stack.enter_context(self._swapped_state(tensors))
                 stack.enter_context(env)
                 stack.enter_context(torch.device("jax"))
+                stack.enter_context(reporter.watching(self.module_paths))
                 stack.enter_context(recorder)
                 out = self.fn(*args, **kwargs)
             result["emitted"] = _internals.emitted_outvars(probe.frame)
-            leaves, spec = torch_pytree.tree_flatten_with_path(out)
+            leaves, spec = _flatten_with_path(out)
             outputs, static = [], {}
             for i, (path, leaf) in enumerate(leaves):
                 if _internals.var_of(leaf) is not None or isinstance(leaf, _internals.TorchaxTensor):
                     outputs.append((torch_pytree.keystr(path), _internals.jax_value(leaf)))
+                elif _holds_tensor(leaf):
+                    raise OutputError(
+                        f"{self.entry_name} returned a {type(leaf).__qualname__} holding traced tensors, "
+                        "which torch's pytree cannot flatten",
+                        file=self.entry_file, line=self.entry_line,
+                    )
                 else:
                     static[i] = leaf
             mutated = [i for i, (t, v) in enumerate(zip(tensors, flat)) if _internals.jax_value(t) is not v]
             result.update(out_paths=[p for p, _ in outputs], spec=spec, static=static, mutated=mutated)
             return [v for _, v in outputs] + [_internals.jax_value(tensors[i]) for i in mutated]
 
-        closed = jax.make_jaxpr(traced)(*self._jax_inputs())
+        try:
+            closed = jax.make_jaxpr(traced)(*self._jax_inputs())
+        except CaptureError:
+            raise
+        except Exception as error:
+            classified = _classify(error, self.user_file)
+            if classified is None:
+                raise
+            raise classified from error
+        reporter.tick("recording")
         return _build_trace(self, closed, recorder, result)
+
+    @property
+    def entry_file(self) -> str | None:
+        code = _entry_code(self.fn)
+        return code.co_filename if code else None
+
+    @property
+    def entry_line(self) -> int | None:
+        code = _entry_code(self.fn)
+        return code.co_firstlineno if code else None
 
     def _rebuild_arguments(self, tensors: list[Any]) -> tuple[tuple, dict]:
         arg_tensors = iter(t for slot, t in zip(self.slots, tensors) if slot.kind == "arg")
@@ -227,7 +366,11 @@ def _bind(target: Callable[..., Any], args: tuple, kwargs: dict) -> inspect.Boun
         return signature.bind(*args, **kwargs)
     except TypeError as error:
         name = getattr(target, "__qualname__", repr(target))
-        raise CaptureError(f"the inputs do not fit {name}{signature}: {error}") from None
+        code = _entry_code(target)
+        raise InputsError(
+            f"the inputs do not fit {name}{signature}: {error}",
+            file=code.co_filename if code else None, line=code.co_firstlineno if code else None,
+        ) from None
 
 
 def _tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -265,13 +408,162 @@ def _user_files(fn: Any, module: torch.nn.Module | None, watch: Iterable[Any]) -
         except KeyError:
             pass
         path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
-        answer = not path.startswith(_LIBRARY_DIRS) and (
+        answer = not _is_library_path(path) and (
             filename in files or path in resolved or path.startswith(tuple(dirs))
         )
         decided[filename] = answer
         return answer
 
     return is_user_file
+
+
+def user_code(fn: Any, watch: Iterable[Any] = ()) -> Callable[[str], bool]:
+    """The predicate 'is this file user code' that a capture of `fn` uses (for error reports)."""
+    module = fn if isinstance(fn, torch.nn.Module) else None
+    if module is None and inspect.ismethod(fn) and isinstance(fn.__self__, torch.nn.Module):
+        module = fn.__self__
+    return _user_files(fn, module, watch)
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether a file belongs to Python (frozen modules included), torch, jax, torchax or jaxside."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen ")
+    return _is_library_path(str(Path(filename).resolve()))
+
+
+def _is_library_path(path: str) -> bool:
+    if path.startswith(_LIBRARY_DIRS):
+        return True
+    inside = path[len(_STDLIB_DIR) - 1 :]
+    return path.startswith(_STDLIB_DIR) and not any(part in inside for part in _SITE_PARTS)
+
+
+class _Reporter:
+    """Calls the progress callback, at most every `PROGRESS_EVERY` s once `PROGRESS_AFTER` s have gone."""
+
+    def __init__(self, callback: Callable[[Progress], None] | None, probe: _Probe) -> None:
+        self.callback = callback
+        self.probe = probe
+        self.start = time.monotonic()
+        self.due = self.start + PROGRESS_AFTER
+
+    def tick(self, phase: str, module_path: str | None = None, module_type: str | None = None) -> None:
+        now = time.monotonic()
+        if self.callback is None or now < self.due:
+            return
+        self.due = now + PROGRESS_EVERY
+        self.callback(Progress(phase, now - self.start, self.probe.watermark(), module_path, module_type))
+
+    @contextlib.contextmanager
+    def watching(self, module_paths: dict[int, str]) -> Iterator[None]:
+        """While tracing, a tick at every module call (a global hook, only when someone listens)."""
+        if self.callback is None:
+            yield
+            return
+
+        def before_forward(module: torch.nn.Module, args: Any) -> None:
+            self.tick("tracing", module_paths.get(id(module)), type(module).__name__)
+
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(before_forward)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+
+def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    """torch's pytree flatten, after registering the dataclasses holding tensors found among the
+    leaves (model outputs such as ``Output(logits, hidden)``), so their tensors are leaves too."""
+    tried: set[type] = set()
+    while True:
+        leaves, spec = torch_pytree.tree_flatten_with_path(value)
+        fresh = {
+            type(leaf) for _, leaf in leaves
+            if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) and type(leaf) not in tried
+            and _holds_tensor(leaf)
+        }
+        if not fresh:
+            return leaves, spec
+        for cls in fresh:
+            tried.add(cls)
+            with contextlib.suppress(ValueError):  # registered meanwhile, or not registrable
+                torch_pytree.register_dataclass(cls)
+
+
+def _holds_tensor(value: Any, depth: int = 0) -> bool:
+    """Whether a tensor hides in an object's attributes (a few levels down)."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth > 3 or isinstance(value, (str, bytes, int, float, bool, type, torch.nn.Module)) or value is None:
+        return False
+    if isinstance(value, dict):
+        items: Iterable[Any] = value.values()
+    elif isinstance(value, (list, tuple, set)):
+        items = value
+    else:
+        items = getattr(value, "__dict__", {}).values()
+    return any(_holds_tensor(item, depth + 1) for item in items)
+
+
+_VALUE_NEEDED = (
+    jax.errors.ConcretizationTypeError,  # bool(), .item(), int() of a tracer
+    jax.errors.NonConcreteBooleanIndexError,  # x[mask]
+    jax.errors.TracerArrayConversionError,  # .numpy(), np.asarray
+    jax.errors.TracerIntegerConversionError,  # range(t), list index
+)
+
+
+def _classify(error: Exception, is_user_file: Callable[[str], bool]) -> CaptureError | None:
+    """The `CaptureError` for a failure tracing explains, located at the innermost user frame;
+    None for anything else (the user's own exceptions go through unchanged)."""
+    frame, lasti = _innermost_user_frame(error.__traceback__, is_user_file)
+    site = SourceIndex().site(frame.f_code, lasti) if frame is not None else None
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    if isinstance(error, _VALUE_NEEDED):
+        return ValueDependentError(first, site=site)
+    if isinstance(error, _internals.torchax.tensor.OperatorNotFound):
+        match = re.search(r"name (\S+) has no lowering", text)
+        return UnsupportedOpError(first, op=match.group(1) if match else None, site=site)
+    if isinstance(error, AssertionError) and "mixed math" in text:  # torchax's check in t2j_iso
+        return MixedDeviceError(first, names=_plain_tensor_names(frame, site), site=site)
+    return None
+
+
+def _innermost_user_frame(
+    tb: TracebackType | None, is_user_file: Callable[[str], bool]
+) -> tuple[FrameType | None, int]:
+    found: tuple[FrameType | None, int] = (None, -1)
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found = (tb.tb_frame, tb.tb_lasti)
+        tb = tb.tb_next
+    return found
+
+
+def _plain_tensor_names(frame: FrameType | None, site: Site | None) -> tuple[str, ...]:
+    """Names in the failing expression that hold a plain torch tensor (not a traced one)."""
+    if frame is None or site is None or not site.text:
+        return ()
+    try:
+        tree = ast.parse(site.text.strip(), mode="eval")
+    except SyntaxError:
+        return ()
+    names: dict[str, None] = {}
+    for node in ast.walk(tree):
+        value: Any = None
+        if isinstance(node, ast.Name):
+            value = frame.f_locals.get(node.id, frame.f_globals.get(node.id))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = frame.f_locals.get(node.value.id, frame.f_globals.get(node.value.id))
+            value = getattr(owner, "__dict__", {}).get(node.attr)  # no property runs
+        if (
+            isinstance(value, torch.Tensor) and not isinstance(value, _internals.TorchaxTensor)
+            and value.device.type != "jax"
+        ):
+            names.setdefault(ast.unparse(node))
+    return tuple(names)
 
 
 # -- from recorded events to a Trace ---------------------------------------------------------
@@ -288,15 +580,13 @@ def _build_trace(session: _Session, closed: Any, recorder: Recorder, result: dic
     # Each equation's place in emission order, and its innermost user-code expression.
     positions: list[int] = []
     sites: list[Site | None] = []
-    user_code: dict[CodeType, bool] = {}
+    user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
     for eqn in jaxpr.eqns:
         previous = positions[-1] if positions else 0
         positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
         sites.append(_innermost_user_site(eqn, session.user_file, user_code, sources))
 
-    module_paths = {}
-    if session.module is not None:
-        module_paths = {id(m): p for p, m in session.module.named_modules(remove_duplicate=False)}
+    module_paths = session.module_paths
 
     def to_call(record: CallRecord) -> Call:
         receiver = record.receiver
@@ -333,10 +623,7 @@ def _build_trace(session: _Session, closed: Any, recorder: Recorder, result: dic
     eqn_calls: list[Call] = []
     for index, position in enumerate(positions):
         call = root
-        while True:
-            inner = next((c for c in call.children if spans[id(c)][0] <= position < spans[id(c)][1]), None)
-            if inner is None:
-                break
+        while (inner := _child_holding(call, position, spans)) is not None:
             call = inner
         call.eqns.append(index)
         eqn_calls.append(call)
@@ -365,17 +652,38 @@ def _spans(pairs: list[tuple[Call, CallRecord]], spans: dict[int, tuple[int, int
         _spans(list(zip(call.children, record.children)), spans)
 
 
+def _child_holding(call: Call, position: int, spans: dict[int, Any]) -> Call | None:
+    """The child of `call` whose span holds `position`: a bisection, as siblings run one after another."""
+    layout = spans.get(("children", id(call)))
+    if layout is None:
+        starts = [spans[id(c)][0] for c in call.children]
+        ends = [spans[id(c)][1] for c in call.children]
+        ordered = all(ends[i] <= starts[i + 1] for i in range(len(starts) - 1))
+        layout = spans[("children", id(call))] = (starts, ends, ordered)
+    starts, ends, ordered = layout
+    if not ordered:  # never seen; kept exact all the same
+        return next((c for c, s, e in zip(call.children, starts, ends) if s <= position < e), None)
+    i = bisect.bisect_right(starts, position) - 1
+    return call.children[i] if i >= 0 and position < ends[i] else None
+
+
 def _innermost_user_site(
-    eqn: Any, is_user_file: Callable[[str], bool], user_code: dict[CodeType, bool], sources: SourceIndex
+    eqn: Any, is_user_file: Callable[[str], bool], user_code: dict[int, bool], sources: SourceIndex
 ) -> Site | None:
     codes, lastis = _internals.raw_frames(eqn)
-    for code, lasti in zip(codes, lastis):
-        is_user = user_code.get(code)
-        if is_user is None:
-            is_user = user_code[code] = is_user_file(code.co_filename)
-        if is_user:
-            return sources.site(code, lasti)
-    return None
+    # Dozens of library frames sit above the user frame: decide them in C, not a Python loop.
+    ids = list(map(id, codes))
+    flags = list(map(user_code.get, ids))
+    if None in flags:
+        for code, key, flag in zip(codes, ids, flags):
+            if flag is None:
+                user_code[key] = is_user_file(code.co_filename)
+        flags = list(map(user_code.get, ids))
+    try:
+        i = flags.index(True)
+    except ValueError:
+        return None
+    return sources.site(codes[i], lastis[i])
 
 
 def _dataflow(root: Call, jaxpr: Any) -> None:
@@ -386,15 +694,17 @@ def _dataflow(root: Call, jaxpr: Any) -> None:
             if isinstance(var, _internals.Var):
                 uses.setdefault(var, []).append(index)
     program_outputs = {v for v in jaxpr.outvars if isinstance(v, _internals.Var)}
+    eqns = jaxpr.eqns
+    var_type = _internals.Var
     for call in root.walk():
         own = call.all_eqns()
         own_set = set(own)
         defined: dict[Any, None] = {}
         read: dict[Any, None] = {}
         for index in own:
-            eqn = jaxpr.eqns[index]
+            eqn = eqns[index]
             for var in eqn.invars:
-                if isinstance(var, _internals.Var) and var not in defined:
+                if isinstance(var, var_type) and var not in defined:
                     read.setdefault(var)
             for var in eqn.outvars:
                 defined.setdefault(var)
@@ -421,11 +731,12 @@ def _origins(
         origins[item.var] = Origin(item.kind, entry, None, item.name, None)
     for var in jaxpr.constvars:
         origins[var] = Origin("const", entry)
+    bound = {var for _, var in names}  # most vars were never bound to a local: skip the walk up
     for index, eqn in enumerate(jaxpr.eqns):
         call = eqn_calls[index]
         for var in eqn.outvars:
             name, scope = None, call
-            while scope is not None and name is None:
+            while var in bound and scope is not None and name is None:
                 name = names.get((id(scope), var))
                 scope = parents[id(scope)]
             origins[var] = Origin("op", call.function, call.module_path, name, sites[index])

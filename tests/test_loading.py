@@ -1,0 +1,134 @@
+"""Loading FILE as Python would import it, and finding what to trace in it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotate.errors import Failure
+from annotate.loading import find_entry, isolated, load_file
+
+
+def write(path: Path, source: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def options(file: Path, **given: str) -> argparse.Namespace:
+    values = {"entry": None, "inputs": None, "kwargs": None, "setup": None, **given}
+    return argparse.Namespace(file=str(file), **values)
+
+
+def test_standalone_file_runs_once_under_its_name_with_its_directory_importable(tmp_path, capsys):
+    write(tmp_path / "layers.py", "def twice(x):\n    return 2 * x\n")
+    file = write(tmp_path / "model.py", '''\
+        import sys
+        from layers import twice
+
+        print("top-level ran", sys.argv)
+
+        if __name__ == "__main__":
+            raise SystemExit("a script's main block must not run")
+    ''')
+    path_before = list(sys.path)
+    with isolated():
+        module = load_file(str(file))
+        assert module.__name__ == "model" and sys.modules["model"] is module
+        assert module.__file__ == str(file) and module.twice(2) == 4
+    assert capsys.readouterr().out == f"top-level ran {[str(file)]}\n"
+    # Nothing left behind: the interpreter's path and modules, and no __pycache__ beside the file.
+    assert sys.path == path_before and "model" not in sys.modules and "layers" not in sys.modules
+    assert not (tmp_path / "__pycache__").exists()
+
+
+def test_a_file_named_like_an_imported_module_does_not_shadow_it(tmp_path):
+    file = write(tmp_path / "json.py", "VALUE = 1\n")
+    with isolated():
+        module = load_file(str(file))
+        assert module.VALUE == 1 and module.__name__ == "_jaxside_json"
+        assert sys.modules["json"] is json
+
+
+def test_package_file_with_relative_imports_is_imported_by_its_dotted_name(tmp_path, capsys):
+    write(tmp_path / "mylib" / "__init__.py", "")
+    write(tmp_path / "mylib" / "utils.py", "def rotate_half(x):\n    return x.flip(-1)\n")
+    # The package imports its own modeling file, as model libraries do: still one run of its top level.
+    write(tmp_path / "mylib" / "models" / "__init__.py", "from . import modeling\n")
+    write(tmp_path / "mylib" / "models" / "config.py", "DIM = 8\n")
+    file = write(tmp_path / "mylib" / "models" / "modeling.py", '''\
+        from ..utils import rotate_half
+        from . import config
+
+        print("modeling ran")
+        DIM = config.DIM
+    ''')
+    with isolated():
+        module = load_file(str(file))
+        assert module.__name__ == "mylib.models.modeling" and module.DIM == 8
+        assert sys.modules["mylib.utils"].rotate_half is module.rotate_half
+    assert capsys.readouterr().out == "modeling ran\n"
+    assert not any(name == "mylib" or name.startswith("mylib.") for name in sys.modules)
+
+
+def test_a_package_named_like_one_already_imported_is_refused(tmp_path):
+    # `render` is ours, maybe not imported yet: loading a user's `render` package would shadow it.
+    for name in ("json", "render"):
+        write(tmp_path / name / "__init__.py", "")
+        file = write(tmp_path / name / "model.py", "X = 1\n")
+        with isolated(), pytest.raises(Failure, match=f"part of package `{name}`, but that name is taken"):
+            load_file(str(file))
+
+
+def test_entry_from_example_with_inputs_and_kwargs_overridden(tmp_path):
+    file = write(tmp_path / "model.py", '''\
+        import torch
+
+        def scale(x, factor=1.0, *, use_cache=True):
+            return x * factor
+
+        def example():
+            return scale, (torch.ones(2),), {"use_cache": True}
+    ''')
+    with isolated():
+        module = load_file(str(file))
+        entry = find_entry(module, options(file))
+        assert entry.fn is module.scale and entry.kwargs == {"use_cache": True}
+        # Anything but a tuple is the single positional argument; --kwargs replaces example()'s.
+        entry = find_entry(module, options(file, inputs="torch.zeros(3)", kwargs="dict(use_cache=False)"))
+        assert entry.fn is module.scale and entry.args[0].shape == (3,)
+        assert entry.kwargs == {"use_cache": False}
+
+
+def test_setup_runs_with_model_bound(tmp_path):
+    file = write(tmp_path / "model.py", '''\
+        import torch
+
+        class Net(torch.nn.Module):
+            def setup_caches(self, size):
+                self.register_buffer("cache", torch.zeros(size))
+    ''')
+    with isolated():
+        module = load_file(str(file))
+        entry = find_entry(module, options(file, entry="Net()", setup="model.setup_caches(4)"))
+        assert entry.fn.cache.shape == (4,)
+
+
+def test_abstract_builds_everything_on_the_meta_device(tmp_path):
+    file = write(tmp_path / "model.py", '''\
+        import torch
+
+        def example():
+            model = torch.nn.Linear(4096, 4096)
+            return model, (torch.randn(2, 4096),)
+    ''')
+    with isolated():
+        entry = find_entry(load_file(str(file)), options(file), abstract=True)
+    assert entry.fn.weight.device.type == "meta" and entry.args[0].device.type == "meta"
+    assert torch.zeros(1).device.type == "cpu"
