@@ -1,0 +1,191 @@
+"""The one place that turns provenance (torch locals, expressions, qualnames) into unique identifiers."""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+Source = Literal["local", "argument", "parameter", "expression", "loop", "fallback"]
+"""Where a name came from; everything but `fallback` is derived from torch source identifiers."""
+
+DERIVED: frozenset[str] = frozenset({"local", "argument", "parameter", "expression", "loop"})
+
+# Roots that say where a callable lives, not what the value is: `torch.sin(x)` is a `sin`.
+_NAMESPACES = frozenset({"self", "torch", "F", "nn", "functional", "np", "jnp", "jax", "lax", "math", "cls"})
+_OPERATORS = {
+    ast.Add: "plus",
+    ast.Sub: "minus",
+    ast.Mult: "times",
+    ast.Div: "over",
+    ast.MatMult: "matmul",
+    ast.FloorDiv: "floordiv",
+    ast.Mod: "mod",
+    ast.Pow: "pow",
+    ast.BitAnd: "and",
+    ast.BitOr: "or",
+}
+_MAX_PARTS = 3
+_MAX_LENGTH = 24
+
+
+def snake(name: str) -> str:
+    """`TransformerBlock` -> `transformer_block`, `RMSNorm` -> `rms_norm`, `KVCache` -> `kv_cache`."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return name.lower()
+
+
+def identifier(text: str, default: str = "value") -> str:
+    """A valid, non-keyword identifier made from `text` (its words joined by `_`)."""
+    words = re.findall(r"[A-Za-z0-9]+", text)
+    name = "_".join(words)
+    if not name:
+        return default
+    if text.startswith("_"):
+        name = "_" + name  # a private helper stays private
+    elif name[0].isdigit():
+        name = f"{default}_{name}"
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        name += "_"
+    return name
+
+
+def function_name(qualname: str) -> str:
+    """A def name from a qualname: `Attention.forward` -> `attention_forward`,
+    `my_mathy_thing.<locals>.other_math` -> `other_math`, `RMSNorm._norm` -> `rms_norm_norm`."""
+    parts = [p for p in qualname.split(".") if p and not p.startswith("<")]
+    if "<locals>" in qualname:
+        parts = parts[-1:]
+    words = [snake(p).strip("_") for p in parts[-2:]]
+    return identifier("_".join(w for w in words if w), "function")
+
+
+def expression_name(text: str | None) -> str | None:
+    """A temporary's name from the torch expression that made it: `self.w1(x)` -> `w1_x`,
+    `x_re * cos` -> `x_re_times_cos`, `pairs[..., 0]` -> `pairs_0`; None if nothing fits."""
+    if not text:
+        return None
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    parts = _parts(node, depth=0)[:_MAX_PARTS]
+    while len(parts) > 1 and len("_".join(parts)) > _MAX_LENGTH:
+        parts.pop()
+    if not parts:
+        return None
+    name = "_".join(parts)
+    if len(name) > _MAX_LENGTH and "_" in name:  # scaled_dot_product_attention -> sdpa
+        name = "".join(w[0] for w in name.split("_") if w)
+    return identifier(name) if name else None
+
+
+def _parts(node: ast.expr, depth: int) -> list[str]:
+    if depth > 2:
+        return []
+    if isinstance(node, ast.Name):
+        return [] if node.id in _NAMESPACES else [node.id]
+    if isinstance(node, ast.Attribute):
+        base = _parts(node.value, depth + 1) if _is_chain(node.value) else []
+        return [*base, node.attr]
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and not _is_namespace(func.value):
+            # a method on a value: `rotated.flatten(-2)` -> rotated_flatten
+            owner = _parts(func.value, depth + 1) if _is_chain(func.value) else []
+            return [*owner[-1:], func.attr]
+        callee = _parts(func, depth + 1)[-1:]
+        first = node.args[:1]
+        simple = [p for a in first if _is_chain(a) for p in _parts(a, depth + 1)[-1:]]
+        return [*callee, *simple] if callee else simple
+    if isinstance(node, ast.BinOp):
+        left, right = _parts(node.left, depth + 1), _parts(node.right, depth + 1)
+        if _is_chain(node.left) and _is_chain(node.right) and left and right:
+            return [left[-1], _OPERATORS.get(type(node.op), "op"), right[-1]]
+        return left or right
+    if isinstance(node, ast.UnaryOp):
+        return _parts(node.operand, depth + 1)
+    if isinstance(node, ast.Subscript):
+        base = _parts(node.value, depth + 1)
+        index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        extra = [str(i.value) for i in index if isinstance(i, ast.Constant) and isinstance(i.value, int)]
+        extra += [i.id for i in index if isinstance(i, ast.Name)]
+        return [*base[-1:], *extra[:1]]
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+        return _parts(node.elts[0], depth + 1)
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return _parts(node.elt, depth + 1)
+    return []
+
+
+def _is_chain(node: ast.expr) -> bool:
+    """`x`, `self.weight`, `x.T`: a plain name or attribute chain."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _is_namespace(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in _NAMESPACES
+
+
+@dataclass
+class Scope:
+    """Names of one function body (or the module): unique, never a keyword or a reserved name.
+
+    Rebinding the same base gives `x`, `x_1`, `x_2`; every name remembers its `Source`, so the
+    share of names derived from torch identifiers can be measured.
+    """
+
+    reserved: set[str] = field(default_factory=set)
+    names: dict[str, Source] = field(default_factory=dict)
+    preferred: set[str] = field(default_factory=set)
+    """Bases that torch locals of this function will want; temporaries avoid taking them first."""
+    outer: Scope | None = None
+    """The module's names (defs, constants), which a local must not shadow."""
+
+    def fresh(self, base: str | None, source: Source, *, temporary: bool = False) -> str:
+        if not base:
+            base, source = "value", "fallback"
+        base = identifier(base)
+        start = 1 if temporary and base in self.preferred else 0
+        for i in range(start, 10_000):
+            name = base if i == 0 else f"{base}_{i}"
+            if not self.taken(name) and not _is_builtin(name):
+                self.names[name] = source
+                return name
+        raise RuntimeError(f"no free name for {base!r}")
+
+    def claim(self, name: str, source: Source) -> str:
+        """Take exactly `name` (a loop rebinding it again is fine)."""
+        self.names.setdefault(name, source)
+        return name
+
+    def taken(self, name: str) -> bool:
+        return (
+            name in self.names or name in self.reserved or (self.outer is not None and self.outer.taken(name))
+        )
+
+
+# Builtins the generated code calls itself; any other builtin name (`input`) is a fine local.
+_CALLED_BUILTINS = frozenset({"range", "zip", "tuple", "list", "len", "enumerate"})
+
+
+def _is_builtin(name: str) -> bool:
+    return name in _CALLED_BUILTINS
+
+
+def derived_share(scopes: Iterable[Scope]) -> tuple[int, int]:
+    """(names derived from torch identifiers, all assigned names) over the given scopes."""
+    derived = total = 0
+    for scope in scopes:
+        for source in scope.names.values():
+            total += 1
+            derived += source in DERIVED
+    return derived, total

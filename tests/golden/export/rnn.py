@@ -1,0 +1,91 @@
+"""JAX for samples/rnn.py: SequenceModel, exported by jaxside from one traced run (torchax).
+
+Traced with x: float32[2,5,8]; shapes and non-tensor inputs are baked in as they were then.
+
+Call it:
+
+    params = load_params(model)  # the torch module, or its state_dict
+    outputs = forward(params, x)
+
+`params` nests the torch tensors by their dotted names, numbered children as lists:
+`cell.weight_ih` is `params["cell"]["weight_ih"]`.
+
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
+float leaves of `params`, or pass `allow_int=True`).
+"""
+
+
+import jax.numpy as jnp
+from jax import lax
+
+
+def forward(params, x):
+    """`SequenceModel.forward`, rnn.py:30."""
+    h = lax.broadcast_in_dim(jnp.float32(0.0), (2, 32), ())
+    x_t = jnp.squeeze(x[:, :1], axis=1)
+    h_1 = elman_cell_forward(params["cell"], x_t, h)
+    x_t_1 = jnp.squeeze(x[:, 1:2], axis=1)
+    h_2 = elman_cell_forward(params["cell"], x_t_1, h_1)
+    x_t_2 = jnp.squeeze(x[:, 2:3], axis=1)
+    h_3 = elman_cell_forward(params["cell"], x_t_2, h_2)
+    x_t_3 = jnp.squeeze(x[:, 3:4], axis=1)
+    h_4 = elman_cell_forward(params["cell"], x_t_3, h_3)
+    x_t_4 = jnp.squeeze(x[:, 4:], axis=1)
+    h_5 = elman_cell_forward(params["cell"], x_t_4, h_4)
+    hidden_states = lax.stack([h_1, h_2, h_3, h_4, h_5], axis=1)
+    return (
+        lax.dot_general(
+            hidden_states,
+            params["head"]["weight"],
+            (((2,), (1,)), ((), ())),
+            preferred_element_type=jnp.float32,
+        )
+        + params["head"]["bias"][None, None]
+    )
+
+
+def elman_cell_forward(params, x_t, h):
+    """`ElmanCell.forward`, rnn.py:19, for 5 calls of `cell`."""
+    x_t_matmul_T = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T * 1.0
+    return jnp.tanh(x_t_matmul_T + (params["bias"] * 1.0)[None])
+
+
+def load_params(model):
+    """`params` for `forward` from the torch module (or its `state_dict`).
+
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
+    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    """
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        for prefix, module in model.named_modules():
+            for name, value in vars(module).items():
+                if isinstance(value, torch.Tensor):
+                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+    else:
+        tensors = dict(model)
+    params, state = {}, {}
+    for path, tensor in tensors.items():
+        tensor = tensor.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
+        else:
+            value = jnp.asarray(tensor.numpy())
+        tree = params
+        node = tree
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return _lists(params)
+
+
+def _lists(node):
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    if not isinstance(node, dict):
+        return node
+    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+        return [_lists(node[str(i)]) for i in range(len(node))]
+    return {k: _lists(v) for k, v in node.items()}

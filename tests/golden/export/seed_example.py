@@ -1,0 +1,28 @@
+"""JAX for samples/seed_example.py: my_mathy_thing, exported by jaxside from one traced run
+(torchax).
+
+Traced with weight: float32[4,4], hidden: float32[4,4]; shapes and non-tensor inputs are baked
+in as they were then.
+
+Call it:
+
+    outputs = my_mathy_thing(weight, hidden)
+
+`my_mathy_thing` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to
+the float leaves of `params`, or pass `allow_int=True`).
+"""
+
+
+import jax.numpy as jnp
+
+
+def my_mathy_thing(weight, hidden):
+    """`my_mathy_thing`, seed_example.py:6."""
+    activation = weight @ hidden
+    output = jnp.sin(activation) + other_math(weight, hidden) * 1.0
+    return output + hidden * 1.0
+
+
+def other_math(a, b):
+    """`my_mathy_thing.<locals>.other_math`, seed_example.py:7."""
+    return (a + b * 1.0) @ (a * b)
