@@ -17,6 +17,9 @@ from typing import Any
 
 import asttokens
 
+from render.module import double_quotes, format_statement
+from render.program import Loop, Statement, lower
+
 WIDTH = 100
 """Comments go beside a line only if the line stays within this many characters."""
 
@@ -92,7 +95,7 @@ def place(source_map: SourceMap, notes: dict[int, Note], *, width: int = WIDTH) 
             body = getattr(node, "body", None)
             inner = body[0] if isinstance(body, list) and body and isinstance(body[0], ast.stmt) else node
             indent = _indent(lines[inner.lineno - 1])  # below a header, comments sit with the body
-            below.setdefault(end, []).extend(f"{indent}{text}" for text in comment)
+            below.setdefault(end, []).extend(comment_lines(note, indent, width))
     out = []
     for number, text in enumerate(lines, start=1):
         out.append(text)
@@ -104,13 +107,34 @@ def place(source_map: SourceMap, notes: dict[int, Note], *, width: int = WIDTH) 
     return "".join(out)
 
 
-def comment_lines(note: Note) -> list[str]:
+def comment_lines(note: Note, indent: str = "", width: int | None = None) -> list[str]:
+    """The note as comment lines; with a `width`, long statements are wrapped to fit it."""
     suffix = f"  ×{note.count}" if note.count > 1 else ""
     if note.variants > 1:
         suffix += f"  ({note.variants} forms: calls differ in shapes or dtypes)"
-    texts = [f"# {text}" for text in note.texts]
-    texts[0] += suffix
-    return texts
+    lines = []
+    for text in note.texts:
+        wrapped = _wrap(text, len(indent) + 2, width) if width else [text]
+        if not lines:
+            wrapped[-1] += suffix  # the count closes the first statement, however long it is
+        lines += [f"{indent}# {line}" for line in wrapped]
+    return lines
+
+
+def _wrap(text: str, indent: int, width: int) -> list[str]:
+    """A statement's text over several lines, the way the exported module lays it out."""
+    code, _, shapes = text.partition("  # ")
+    if indent + len(text) <= width:
+        return [text]
+    try:
+        (node,) = ast.parse(code).body
+    except (SyntaxError, ValueError):
+        return [text]
+    lines = double_quotes("\n".join(format_statement(node, indent))).split("\n")
+    lines = [line[indent:] for line in lines]
+    if shapes:
+        lines[-1] += f"  # {shapes}"
+    return lines
 
 
 def _indent(line: str) -> str:
@@ -131,37 +155,20 @@ def notes_for(
 ) -> dict[int, Note]:
     """Gather the program's statements that came from `path`, per torch statement.
 
-    A def stands for every call it was used for, so its lines ran that many times more. In
-    a def's body, statements come in execution order: a torch statement ran once more each
-    time its statements start again after another statement's (a loop), or when it calls a
-    def again from the same expression (a one-line loop over layers).
+    A def stands for every call it was used for, so its lines ran that many times more; the
+    same torch line in two defs is one torch function called with two forms (shapes, dtypes).
     """
     target = str(Path(path).resolve())
     merged: dict[int, Note] = {}
     for function in program.functions:
+        first = function.calls[0]
+        definition = source_map.function_at(first.line) if _same_file(first.file, target) else None
+        if definition is None:
+            continue
         calls = len(function.calls)
-        local: dict[int, Note] = {}
-        mark = _def_mark(function, source_map)
-        if mark is not None:
-            local[mark[0]] = Note([mark[1]], 1)
-        anchor, spans = None, set()
-        for statement in function.body:
-            site = statement.site
-            node = source_map.statement_at(site.line) if site is not None else None
-            if node is None or str(Path(site.file).resolve()) != target:
-                continue
-            span = (site.line, site.col, site.end_line, site.end_col)
-            note = local.setdefault(node.lineno, Note())
-            if node.lineno != anchor or (statement.call is not None and span in spans):
-                anchor, spans = node.lineno, set()
-                note.count += 1
-            spans.add(span)
-            if note.count == 1:
-                text = statement_text(statement, trace, shapes=shapes)
-                if text not in note.texts:
-                    note.texts.append(text)
-        for line, note in local.items():
-            if line in merged:  # the same torch line in another def: a call of another form
+        notes = _function_notes(function, trace, source_map, definition, target, shapes)
+        for line, note in notes.items():
+            if line in merged:
                 merged[line].count += note.count * calls
                 merged[line].variants += 1
             else:
@@ -169,32 +176,91 @@ def notes_for(
     return merged
 
 
-def _def_mark(function: Any, source_map: SourceMap) -> tuple[int, str] | None:
-    call = function.calls[0]
-    node = source_map.function_at(call.line)
-    if node is None:
+def _function_notes(
+    function: Any, trace: Any, source_map: SourceMap, definition: ast.AST, target: str, shapes: bool
+) -> dict[int, Note]:
+    """Notes for one call of a def, keyed by the first line of their torch statements.
+
+    Statements come in execution order: a torch statement ran once more each time its
+    statements start again after another statement's (a loop), or when it calls a def again
+    from the same expression (a one-line loop over layers). A statement whose torch
+    expression lies outside this function (a view sliced in the callee, hoisted into the
+    caller by the export) is shown with the next statement of this function.
+    """
+    first_line, last_line = definition.lineno, definition.end_lineno or definition.lineno
+    signature = f"jax: def {function.name}({', '.join(function.params)})"
+    notes: dict[int, Note] = {definition.lineno: Note([signature], 1)}
+    anchor, spans, first_run, pending = None, set(), True, []
+    for statement in function.body:
+        rolled = statement.calls if isinstance(statement, Loop) else None
+        if not statement.eqns and statement.call is None and not rolled:
+            continue  # bookkeeping of the export (a list to collect loop results)
+        site = statement.site
+        node = source_map.statement_at(site.line) if site is not None else None
+        inside = node is not None and first_line < node.lineno <= last_line
+        if not inside or not _same_file(site.file, target):
+            pending.append(statement)
+            continue
+        span = (site.line, site.col, site.end_line, site.end_col)
+        note = notes.setdefault(node.lineno, Note())
+        if node.lineno != anchor or (statement.call is not None and span in spans):
+            anchor, spans = node.lineno, set()
+            runs = len(rolled) if rolled else 1
+            note.count += runs
+            first_run = note.count == runs
+        spans.add(span)
+        if first_run:
+            for shown in [*pending, statement]:
+                text = statement_text(shown, trace, shapes=shapes)
+                if text not in note.texts:
+                    note.texts.append(text)
+        pending = []
+    returned = _return_note(function, definition)
+    if returned is not None:
+        line, text = returned
+        note = notes.setdefault(line, Note([], 1))
+        note.texts += [statement_text(s, trace, shapes=shapes) for s in pending] + [text]
+    return notes
+
+
+def _same_file(file: str, target: str) -> bool:
+    return str(Path(file).resolve()) == target
+
+
+def _return_note(function: Any, definition: ast.AST) -> tuple[int, str] | None:
+    """`return ...` of the def, at the torch function's (last) return statement."""
+    if function.returns is None:
         return None
-    return node.lineno, f"jax: def {function.name}({', '.join(function.params)})"
+    returns = [n for n in _own_statements(definition) if isinstance(n, ast.Return)]
+    if not returns:
+        return None
+    return returns[-1].lineno, double_quotes(ast.unparse(ast.Return(function.returns)))
+
+
+def _own_statements(function: ast.AST) -> list[ast.stmt]:
+    """Statements of a function, not of the functions or classes nested in it."""
+    found, stack = [], list(getattr(function, "body", []))
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+    return found
 
 
 def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -> str:
-    """One export statement as it reads in the module (`q = jnp.reshape(q, (1, 8, 4, 16))`)."""
-    if statement.targets:
-        target = ast.Tuple([ast.Name(t, ast.Store()) for t in statement.targets], ast.Store()) \
-            if len(statement.targets) > 1 else ast.Name(statement.targets[0], ast.Store())
-        text = ast.unparse(ast.Assign([target], statement.value, lineno=0))
-    else:
-        text = ast.unparse(statement.value)
+    """One export statement as it reads in the module (`q = jnp.reshape(q, (1, 8, 4, 16))`);
+    a loop over calls reads as the call in it."""
+    node = Statement.node(statement) if isinstance(statement, Loop) else statement.node()
+    text = double_quotes(ast.unparse(node))
     if shapes and trace is not None and statement.eqns:
         outvars = trace.jaxpr.jaxpr.eqns[statement.eqns[-1]].outvars
-        text += "  : " + ", ".join(v.aval.str_short() for v in outvars)
+        text += "  # " + ", ".join(v.aval.str_short(short_dtypes=True) for v in outvars)
     return text
 
 
 def annotate_file(trace: Any, path: str, *, shapes: bool = False) -> str:
     """The torch file at `path`, with the JAX each line produced in `trace` beside it."""
-    from render.program import lower
-
     source = Path(path).read_text(encoding="utf-8")
     source_map = SourceMap(source)
     annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))

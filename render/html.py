@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from render.comments import Note, SourceMap, comment_lines, notes_for
+from render.program import lower
 
 _STYLE = """
 body { font: 13px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; margin: 0;
@@ -80,8 +81,6 @@ def render_page(source_map: SourceMap, notes: dict[int, Note], defs: dict[str, t
 
 def side_by_side(trace: Any, path: str, *, shapes: bool = False) -> str:
     """The HTML view of `path` with the JAX each of its lines produced in `trace`."""
-    from render.program import lower
-
     program = lower(trace)
     source_map = SourceMap(Path(path).read_text(encoding="utf-8"))
     notes = notes_for(program, trace, path, source_map, shapes=shapes)

@@ -39,12 +39,12 @@ def render_program(program: Program, *, source: str) -> str:
     if loader and program.state_paths:
         chunks.append(_state_constant(program))
     if constants:
-        chunks.append("\n".join(line for c in constants for line in _statement(c, 0)))
-    chunks += ["\n".join(_statement(d, 0)) for d in defs]
+        chunks.append("\n".join(line for c in constants for line in format_statement(c, 0)))
+    chunks += ["\n".join(format_statement(d, 0)) for d in defs]
     if loader:
         chunks.append(loader)
     text = "\n\n\n".join(chunks) + "\n"
-    return _double_quotes(text)
+    return double_quotes(text)
 
 
 # -- the docstring -----------------------------------------------------------------------------------
@@ -201,7 +201,8 @@ def _import_order(line: str) -> tuple[int, str]:
     return (line.startswith("from"), line)
 
 
-def _statement(node: ast.stmt, indent: int) -> list[str]:
+def format_statement(node: ast.stmt, indent: int) -> list[str]:
+    """`node` as source lines at `indent`, split at its outermost brackets to fit `WIDTH`."""
     pad = " " * indent
     if isinstance(node, ast.FunctionDef):
         args = ", ".join(a.arg for a in node.args.args)
@@ -219,12 +220,12 @@ def _statement(node: ast.stmt, indent: int) -> list[str]:
             )
             body = body[1:]
         for statement in body:
-            lines += _statement(statement, indent + 4)
+            lines += format_statement(statement, indent + 4)
         return lines
     if isinstance(node, ast.For):
         lines = _wrap(node.iter, indent, f"{pad}for {_target(node.target)} in ", ":")
         for statement in node.body:
-            lines += _statement(statement, indent + 4)
+            lines += format_statement(statement, indent + 4)
         return lines
     if isinstance(node, ast.Assign):
         return _wrap(node.value, indent, f"{pad}{_target(node.targets[0])} = ")
@@ -355,7 +356,7 @@ def _wrap_text(text: str, node: ast.expr, indent: int, head: str) -> list[str]:
     return [" " * indent + head + text]
 
 
-def _double_quotes(text: str) -> str:
+def double_quotes(text: str) -> str:
     """`params["wqkv"]` rather than `params['wqkv']`: plain single-quoted strings get double quotes."""
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     lines = text.splitlines(keepends=True)

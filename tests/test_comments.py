@@ -7,6 +7,7 @@ import textwrap
 from types import SimpleNamespace
 
 from render.comments import Note, SourceMap, notes_for, place, same_code
+from render.program import Statement
 from tracing import Call, Site
 
 SOURCE = textwrap.dedent('''\
@@ -32,14 +33,13 @@ PATH = "/models/block.py"
 
 def statement(targets, code, line, col=8, end_col=20, end_line=None):
     site = Site(PATH, line, end_line or line, col, end_col, None)
-    value = ast.parse(code, mode="eval").body
-    return SimpleNamespace(targets=targets, value=value, eqns=[], site=site, call=None)
+    return Statement(targets, ast.parse(code, mode="eval").body, [0], site)
 
 
 def program(calls=1, body=None):
     call = Call("block", PATH, 4)
     function = SimpleNamespace(
-        name="block_fn", params=["x", "w"], calls=[call] * calls,
+        name="block_fn", params=["x", "w"], calls=[call] * calls, returns=None,
         body=body if body is not None else [
             statement(["h"], "x @ w", 5),
             statement(["y"], "jax.nn.silu(h)", 6, end_line=8),

@@ -1,15 +1,12 @@
 """Structured JAX export: each sample exports, runs under jit, matches torch and its gradients.
 
-Golden exports live in `tests/golden/export/`; a changed export is written to
-`tests/actual/export/` for review, and `JAXSIDE_UPDATE_GOLDEN=1` rewrites the golden files.
+Golden exports live in `tests/golden/export/` (see tests/golden.py).
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
-import os
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -19,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, SAMPLES, load_sample
+from conftest import SAMPLES, load_sample
+from golden import assert_golden
 
 from annotate.export import check, compare_gradients, load_module, to_jax
 from render.module import render_program
@@ -27,9 +25,6 @@ from render.program import Loop, Program, lower
 from tracing import capture
 
 NAMES = ["seed_example", "mlp", "cnn", "llama_model", "rnn", "moe"]
-GOLDEN = ROOT / "tests" / "golden" / "export"
-ACTUAL = ROOT / "tests" / "actual" / "export"
-UPDATE = os.environ.get("JAXSIDE_UPDATE_GOLDEN") == "1"
 
 
 @dataclass
@@ -101,24 +96,7 @@ def test_seed_example_gradient_of_a_plain_function():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_golden_export(name):
-    text = sample(name).text
-    golden = GOLDEN / f"{name}.py"
-    actual = ACTUAL / f"{name}.py"
-    if UPDATE:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text, encoding="utf-8")
-    if not golden.exists() or golden.read_text(encoding="utf-8") != text:
-        actual.parent.mkdir(parents=True, exist_ok=True)
-        actual.write_text(text, encoding="utf-8")
-        expected = golden.read_text(encoding="utf-8") if golden.exists() else ""
-        diff = "".join(
-            difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(golden), str(actual))
-        )
-        pytest.fail(
-            f"the export changed; review {actual} (JAXSIDE_UPDATE_GOLDEN=1 accepts it):\n{diff[:4000]}"
-        )
-    elif actual.exists():
-        actual.unlink()
+    assert_golden("export", f"{name}.py", sample(name).text)
 
 
 @pytest.mark.parametrize("name", NAMES)

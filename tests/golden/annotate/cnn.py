@@ -1,0 +1,106 @@
+"""A small CNN classifier: two conv/batch-norm/ReLU/max-pool stages, global pooling, a Linear head."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, in_channels: int = 3, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 16, kernel_size=3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.pool = nn.MaxPool2d(2)
+        self.global_pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
+        x = self.pool(F.relu(self.bn1(self.conv1(x))))
+        # conv1_x = (
+        #     lax.conv_general_dilated(
+        #         x,
+        #         params["conv1"]["weight"],
+        #         window_strides=(1, 1),
+        #         padding=((1, 1), (1, 1)),
+        #         lhs_dilation=(1, 1),
+        #         rhs_dilation=(1, 1),
+        #         dimension_numbers=jax.lax.ConvDimensionNumbers(
+        #             lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
+        #         ),
+        #         feature_group_count=1,
+        #         batch_group_count=1,
+        #         preferred_element_type=None,
+        #     )
+        #     + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
+        # )
+        # bn1 = (
+        #     (conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1)))
+        #     * lax.rsqrt(jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05)
+        #     * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1))
+        #     + jnp.reshape(params["bn1"]["bias"], (1, 16, 1, 1))
+        # )
+        # x_1 = lax.reduce_window(
+        #     jax.nn.relu(bn1),
+        #     -jnp.inf,
+        #     lax.max,
+        #     (1, 1, 2, 2),
+        #     (1, 1, 2, 2),
+        #     ((0, 0), (0, 0), (0, 0), (0, 0)),
+        #     (1, 1, 1, 1),
+        #     (1, 1, 1, 1),
+        # )
+        x = self.pool(F.relu(self.bn2(self.conv2(x))))
+        # conv2_x = (
+        #     lax.conv_general_dilated(
+        #         x_1,
+        #         params["conv2"]["weight"],
+        #         window_strides=(1, 1),
+        #         padding=((1, 1), (1, 1)),
+        #         lhs_dilation=(1, 1),
+        #         rhs_dilation=(1, 1),
+        #         dimension_numbers=jax.lax.ConvDimensionNumbers(
+        #             lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
+        #         ),
+        #         feature_group_count=1,
+        #         batch_group_count=1,
+        #         preferred_element_type=None,
+        #     )
+        #     + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
+        # )
+        # bn2 = (
+        #     (conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1)))
+        #     * lax.rsqrt(jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05)
+        #     * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1))
+        #     + jnp.reshape(params["bn2"]["bias"], (1, 32, 1, 1))
+        # )
+        # x_2 = lax.reduce_window(
+        #     jax.nn.relu(bn2),
+        #     -jnp.inf,
+        #     lax.max,
+        #     (1, 1, 2, 2),
+        #     (1, 1, 2, 2),
+        #     ((0, 0), (0, 0), (0, 0), (0, 0)),
+        #     (1, 1, 1, 1),
+        #     (1, 1, 1, 1),
+        # )
+        features = self.global_pool(x).flatten(1)
+        # features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))
+        return self.fc(features)
+        # return lax.dot_general(
+        #     features,
+        #     params["fc"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # ) + params["fc"]["bias"][None]
+
+
+def example():
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    # Non-trivial running statistics, as a trained model would have, so eval-mode batch norm matters.
+    for bn in (model.bn1, model.bn2):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 1.5)
+    return model, (torch.randn(2, 3, 16, 16),)

@@ -1,0 +1,49 @@
+"""A small multi-layer perceptron: Linear layers with GELU and ReLU, and a LayerNorm."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int = 32, hidden: int = 64, out_features: int = 10):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
+        h = F.gelu(self.fc1(x))
+        # fc1_x = lax.dot_general(
+        #     x,
+        #     params["fc1"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # ) + params["fc1"]["bias"][None]
+        # h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
+        h = self.norm(h + F.relu(self.fc2(h)))
+        # fc2_h = lax.dot_general(
+        #     h,
+        #     params["fc2"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # ) + params["fc2"]["bias"][None]
+        # h_1 = h + jax.nn.relu(fc2_h) * 1.0
+        # h_2 = (
+        #     (h_1 - jnp.sum(h_1, axis=1)[:, None] / 64.0)
+        #     * lax.rsqrt(jax.jit(_var)(h_1, 0) + 1e-05)
+        # ) * params["norm"]["weight"][None] + params["norm"]["bias"][None]
+        return self.head(h)
+        # return lax.dot_general(
+        #     h_2,
+        #     params["head"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # ) + params["head"]["bias"][None]
+
+
+def example():
+    torch.manual_seed(0)
+    model = MLP().eval()
+    return model, (torch.randn(8, 32),)

@@ -1,0 +1,106 @@
+"""A small mixture-of-experts layer: top-2 of 4 SwiGLU experts, mixed densely (no data-dependent branches)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Expert(nn.Module):
+    """A SwiGLU feed-forward network."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def expert_forward(params, x)  ×4
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        # w1_x = lax.dot_general(
+        #     x,
+        #     params["w1"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # )  ×4
+        # w3_x = lax.dot_general(
+        #     x,
+        #     params["w3"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # )
+        # return lax.dot_general(
+        #     jax.nn.silu(w1_x) * w3_x,
+        #     params["w2"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # )
+
+
+class MoE(nn.Module):
+    def __init__(self, dim: int = 32, hidden: int = 64, n_experts: int = 4, top_k: int = 2):
+        super().__init__()
+        self.top_k = top_k
+        self.router = nn.Linear(dim, n_experts, bias=False)
+        self.experts = nn.ModuleList(Expert(dim, hidden) for _ in range(n_experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
+        tokens = x.reshape(-1, x.shape[-1])  # tokens = jnp.reshape(x, (12, 32))
+        logits = self.router(tokens)
+        # logits = lax.dot_general(
+        #     tokens,
+        #     params["router"]["weight"],
+        #     (((1,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # )
+        topk_logits, topk_idx = torch.topk(logits, self.top_k, dim=-1)
+        # logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
+        # topk_logits = jax.jit(_sort)(logits_1)
+        # topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
+        topk_w = F.softmax(topk_logits, dim=-1)
+        # softmax_topk_logits = jnp.exp(
+        #     topk_logits - lax.stop_gradient(
+        #         jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None]
+        #     ),
+        # )
+        # topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
+        # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.
+        weights = torch.zeros_like(logits).scatter(1, topk_idx, topk_w)
+        # scatter = lax.broadcast_in_dim(
+        #     jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1)
+        # )
+        # weights = lax.scatter(
+        #     lax.broadcast_in_dim(jnp.float32(0.0), (12, 4), ()),
+        #     jnp.concatenate(
+        #         [
+        #             lax.select(scatter < 0, scatter + 12, scatter)[..., None],
+        #             lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
+        #         ],
+        #         axis=2,
+        #     ),
+        #     topk_w,
+        #     jax.lax.ScatterDimensionNumbers(
+        #         update_window_dims=(),
+        #         inserted_window_dims=(0, 1),
+        #         scatter_dims_to_operand_dims=(0, 1),
+        #         operand_batching_dims=(),
+        #         scatter_indices_batching_dims=(),
+        #     ),
+        #     indices_are_sorted=False,
+        #     unique_indices=False,
+        #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
+        # )
+        expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)
+        # expert_out = lax.stack(
+        #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
+        # )
+        out = torch.einsum("te,ted->td", weights, expert_out)
+        # out = lax.dot_general(
+        #     weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
+        # )
+        return out.reshape(x.shape)  # return jnp.reshape(out, (2, 6, 32))
+
+
+def example():
+    torch.manual_seed(0)
+    model = MoE().eval()
+    return model, (torch.randn(2, 6, 32),)

@@ -1,0 +1,86 @@
+"""`annotate FILE`: every sample annotated, its code untouched, every line that made JAX commented."""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+import pytest
+from conftest import SAMPLES, load_sample
+from golden import assert_golden
+
+from annotate.cli import main
+from render.comments import SourceMap, annotate_file, same_code
+from tracing import capture
+
+NAMES = ["seed_example", "mlp", "cnn", "llama_model", "rnn", "moe"]
+
+
+@functools.cache
+def annotated(name: str) -> tuple[str, str, object]:
+    module = load_sample(name)
+    fn, args, *rest = module.example()
+    trace = capture(fn, *args, **(rest[0] if rest else {}))
+    path = str(SAMPLES / f"{name}.py")
+    return path, annotate_file(trace, path), trace
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_code_untouched_and_every_line_that_made_jax_is_commented(name):
+    path, text, trace = annotated(name)
+    source = open(path, encoding="utf-8").read()
+    assert same_code(source, text)
+    source_map = SourceMap(source)
+    out_lines = text.splitlines()
+    made_jax = {
+        source_map.statement_at(site.line).lineno
+        for site in trace.eqn_sites
+        if site is not None and site.file == path and source_map.statement_at(site.line) is not None
+    }
+    assert made_jax
+    commented = set()
+    original = source.splitlines()
+    # Map each original line to its place in the output (comment lines are inserted).
+    position, index = {}, 0
+    for number, line in enumerate(original, start=1):
+        while not out_lines[index].startswith(line):
+            index += 1
+        position[number] = index
+    for line in made_jax:
+        node = source_map.statement_at(line)
+        end = source_map.header_end(node)
+        own = out_lines[position[line]]
+        following = out_lines[position[end] + 1] if position[end] + 1 < len(out_lines) else ""
+        if len(own) > len(original[line - 1]) or following.lstrip().startswith("# "):
+            commented.add(line)
+    assert made_jax == commented, f"lines that made JAX without a comment: {sorted(made_jax - commented)}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_annotated(name):
+    assert_golden("annotate", f"{name}.py", annotated(name)[1])
+
+
+def test_llama_loop_and_shared_defs_show_counts():
+    _, text, _ = annotated("llama_model")
+    assert "# jax: def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask)  ×2" in text
+    assert "# jax: def rms_norm_forward(params, x)  ×5" in text
+    assert "# x, new_layer_state = transformer_block_forward(" in text
+
+
+def test_cli_writes_the_annotated_file_and_html(tmp_path, capsys):
+    out, page = tmp_path / "seed_annotated.py", tmp_path / "seed.html"
+    source = SAMPLES / "seed_example.py"
+    before = source.read_bytes()
+    assert main([str(source), "-o", str(out), "--html", str(page)]) == 0
+    assert source.read_bytes() == before
+    text = out.read_text(encoding="utf-8")
+    ast.parse(text)
+    assert "# activation = " in text and "jnp.sin(activation)" in text
+    assert "<td class=jax>" in page.read_text(encoding="utf-8")
+    assert capsys.readouterr().out == ""
+
+
+def test_shapes_flag_adds_avals(capsys):
+    assert main([str(SAMPLES / "seed_example.py"), "--shapes"]) == 0
+    assert "# f32[4,4]" in capsys.readouterr().out
