@@ -9,7 +9,13 @@ Two backends behind one `Recorder`:
   object gets ``LINE`` and ``PY_RETURN`` switched on for it alone, and every other code
   object answers ``DISABLE`` once, so the interpreter never calls back for library code.
 - ``sys.settrace`` (Python 3.11): the global trace function returns ``None`` for frames
-  that are not user code, so library code is never line-traced.
+  that are not user code, so library code is never line-traced. CPython still calls it
+  (and copies the frame's locals to a dict around it) for every new frame, which is most
+  of the cost; a probe that knows where library code is entered (`Probe.library_calls`)
+  lets the recorder switch the hook off for those calls.
+
+Per-code-object decisions are cached by ``id(code)`` (kept alive), never by the code
+object: hashing a code object rehashes its constants and names on every lookup.
 
 Binding a local is detected without scanning every frame's locals on every line: the
 bytecode of each user code object is read once for the names each line stores
@@ -20,6 +26,8 @@ leaves a line only those names are looked up.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -41,7 +49,13 @@ _FUSED_STORE_OPS = {"STORE_FAST_LOAD_FAST": 1, "STORE_FAST_STORE_FAST": 2}
 
 
 class Probe(Protocol):
-    """What the recorder asks of the values it sees."""
+    """What the recorder asks of the values it sees.
+
+    A probe may also define ``library_calls(pause, resume)``: a context manager that, while
+    open, runs each call into library code between ``pause()`` and ``resume()``. Only calls
+    that cannot run user code may be paused, as user calls made then are not recorded. The
+    settrace backend uses it (its hook costs a Python call per frame); monitoring does not.
+    """
 
     def key(self, value: object) -> Hashable | None:
         """A key for a value worth recording (a traced tensor), else None."""
@@ -101,15 +115,28 @@ class Recorder:
         self.probe = probe
         self.roots: list[CallRecord] = []
         self._stack: list[_Active] = []
-        self._user: dict[CodeType, dict[int, tuple[str, ...]] | None] = {}
+        self._user: dict[int, dict[int, tuple[str, ...]] | None] = {}
+        self._codes: list[CodeType] = []  # keeps the ids in `_user` from being reused
+        self.library_files: set[str] = set()
+        """Files of functions judged library code (not user files), as they were met."""
         self._backend = _BACKENDS[backend](self)
+        self._open: contextlib.ExitStack | None = None
+        """What `__exit__` closes: the backend, and the probe's library zone if any."""
 
     def __enter__(self) -> Recorder:
-        self._backend.start()
+        library_calls = getattr(self.probe, "library_calls", None)
+        with contextlib.ExitStack() as stack:
+            self._backend.start()
+            stack.callback(self._backend.stop)
+            if library_calls is not None and self._backend.pause is not None:
+                stack.enter_context(library_calls(self._backend.pause, self._backend.resume))
+            self._open = stack.pop_all()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._backend.stop()
+        if self._open is not None:
+            self._open.close()  # the library zone first, then the backend
+            self._open = None
         # Frames still open (the user's code raised through them) end where we stopped.
         for active in self._stack:
             active.record.raised = True
@@ -121,17 +148,17 @@ class Recorder:
     def stores_of(self, code: CodeType) -> dict[int, tuple[str, ...]] | None:
         """Names stored per line if `code` is user code that forms a call, else None."""
         try:
-            return self._user[code]
+            return self._user[id(code)]
         except KeyError:
             pass
         stores = None
-        if (
-            not code.co_flags & _NOT_A_CALL
-            and not code.co_name.startswith("<")
-            and self.is_user_file(code.co_filename)
-        ):
-            stores = _stores_by_line(code)
-        self._user[code] = stores
+        if not code.co_flags & _NOT_A_CALL and not code.co_name.startswith("<"):
+            if self.is_user_file(code.co_filename):
+                stores = _stores_by_line(code)
+            else:
+                self.library_files.add(code.co_filename)
+        self._user[id(code)] = stores
+        self._codes.append(code)
         return stores
 
     # -- events ---------------------------------------------------------------------
@@ -190,9 +217,12 @@ class Recorder:
                 active.record.bindings.append((name, active.line, key))
 
 
+@functools.lru_cache(maxsize=4096)  # reading bytecode costs ~0.3 ms a code object; captures repeat
 def _stores_by_line(code: CodeType) -> dict[int, tuple[str, ...]]:
     """Per line, the locals to look up after it ran: the names it stores, and for an
-    item assignment (`cache[:, pos] = k`, an in-place update) the locals it reads."""
+    item assignment (`cache[:, pos] = k`, an in-place update) the locals it reads.
+
+    Cached for the process (code objects are immutable): callers must not change the result."""
     stores: dict[int, list[str]] = {}
     loads: dict[int, list[str]] = {}
     subscript_lines = set()
@@ -228,6 +258,10 @@ class _Settrace:
         self.recorder = recorder
         self._previous: object = None
         self._raising: FrameType | None = None
+        self._global = self._make_global()
+        # C callables, so a paused library call adds no Python frame of its own.
+        self.pause: Callable[[], object] | None = functools.partial(sys.settrace, None)
+        self.resume: Callable[[], object] | None = functools.partial(sys.settrace, self._global)
 
     def start(self) -> None:
         self._previous = sys.gettrace()
@@ -236,14 +270,26 @@ class _Settrace:
     def stop(self) -> None:
         sys.settrace(self._previous)  # type: ignore[arg-type]
 
-    def _global(self, frame: FrameType, event: str, arg: object) -> object:
-        if event != "call":
-            return None
-        stores = self.recorder.stores_of(frame.f_code)
-        if stores is None:
-            return None
-        self.recorder.on_call(frame, stores)
-        return self._local
+    def _make_global(self) -> Callable[[FrameType, str, object], object]:
+        # Called for every new frame, library ones included: a closure over locals and one
+        # dict lookup by id before declining, since this is the whole per-frame cost.
+        decided = self.recorder._user
+        stores_of = self.recorder.stores_of
+        on_call = self.recorder.on_call
+        local = self._local
+
+        def trace_call(frame: FrameType, event: str, arg: object) -> object:
+            code = frame.f_code
+            try:
+                stores = decided[id(code)]
+            except KeyError:
+                stores = stores_of(code)
+            if stores is None:
+                return None
+            on_call(frame, stores)
+            return local
+
+        return trace_call
 
     def _local(self, frame: FrameType, event: str, arg: object) -> object:
         if event == "line":
@@ -258,13 +304,24 @@ class _Settrace:
         return self._local
 
 
+# Per tool id, the files of functions a recording DISABLEd as library code. DISABLE outlives
+# the recording (until `restart_events()`), so a later one restarts events only if one of
+# these files is user code to it: a restart re-instruments every code object run afterwards,
+# about 0.7 us each, milliseconds for a torch model.
+_DISABLED_FILES: dict[int, set[str]] = {}
+
+
 class _Monitoring:
     """Python >= 3.12: events only for user code objects; library code is DISABLEd."""
+
+    # Library code costs one PY_START per code object, then never again: nothing to pause.
+    pause: Callable[[], object] | None = None
+    resume: Callable[[], object] | None = None
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.tool: int | None = None
-        self._local_codes: list[CodeType] = []
+        self._local_codes: dict[int, CodeType] = {}
 
     def start(self) -> None:
         mon = sys.monitoring
@@ -278,18 +335,32 @@ class _Monitoring:
         else:
             raise RuntimeError("every sys.monitoring tool id is taken; jaxside needs one")
         events = mon.events
+        getframe = sys._getframe
+        on_line, on_return = self.recorder.on_line, self.recorder.on_return
+
+        # Closures over locals: these run for every line and return of user code.
+        def line(code: CodeType, line: int) -> None:
+            on_line(getframe(1), line)
+
+        def returned(code: CodeType, offset: int, value: object) -> None:
+            on_return(getframe(1), value)
+
         mon.register_callback(self.tool, events.PY_START, self._start)
-        mon.register_callback(self.tool, events.LINE, self._line)
-        mon.register_callback(self.tool, events.PY_RETURN, self._return)
+        mon.register_callback(self.tool, events.LINE, line)
+        mon.register_callback(self.tool, events.PY_RETURN, returned)
         mon.register_callback(self.tool, events.PY_UNWIND, self._unwind)
-        # A code object DISABLEd by an earlier capture may be user code in this one.
-        mon.restart_events()
+        disabled = _DISABLED_FILES.get(self.tool, ())
+        if any(self.recorder.is_user_file(file) for file in disabled):
+            mon.restart_events()
+            for files in _DISABLED_FILES.values():  # a restart re-enables every tool's
+                files.clear()
         mon.set_events(self.tool, events.PY_START | events.PY_UNWIND)
 
     def stop(self) -> None:
         mon = sys.monitoring
         mon.set_events(self.tool, 0)
-        for code in self._local_codes:
+        _DISABLED_FILES.setdefault(self.tool, set()).update(self.recorder.library_files)
+        for code in self._local_codes.values():
             mon.set_local_events(self.tool, code, 0)
         for event in (mon.events.PY_START, mon.events.LINE, mon.events.PY_RETURN,
                       mon.events.PY_UNWIND):
@@ -297,21 +368,18 @@ class _Monitoring:
         mon.free_tool_id(self.tool)
 
     def _start(self, code: CodeType, offset: int) -> object:
-        stores = self.recorder.stores_of(code)
+        try:
+            stores = self.recorder._user[id(code)]
+        except KeyError:
+            stores = self.recorder.stores_of(code)
         if stores is None:
             return sys.monitoring.DISABLE
-        if code not in self._local_codes:
+        if id(code) not in self._local_codes:
             events = sys.monitoring.events
             sys.monitoring.set_local_events(self.tool, code, events.LINE | events.PY_RETURN)
-            self._local_codes.append(code)
+            self._local_codes[id(code)] = code
         self.recorder.on_call(sys._getframe(1), stores)
         return None
-
-    def _line(self, code: CodeType, line: int) -> None:
-        self.recorder.on_line(sys._getframe(1), line)
-
-    def _return(self, code: CodeType, offset: int, value: object) -> None:
-        self.recorder.on_return(sys._getframe(1), value)
 
     def _unwind(self, code: CodeType, offset: int, exception: BaseException) -> None:
         self.recorder.on_return(sys._getframe(1), None, raised=True)
