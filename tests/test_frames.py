@@ -6,6 +6,7 @@ backends are exercised.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -149,3 +150,62 @@ def test_default_backend_follows_the_interpreter():
     assert DEFAULT_BACKEND == ("monitoring" if sys.version_info >= (3, 12) else "settrace")
     with pytest.raises(ValueError, match="`backend` must be one of"):
         Recorder(is_this_file, Probe(), "nope")
+
+
+class PausingProbe(Probe):
+    """A probe whose `library` calls run with the hook paused, as torch calls do in a capture."""
+
+    def __init__(self) -> None:
+        self.zones = 0
+        self.pause = self.resume = lambda: None
+
+    @contextlib.contextmanager
+    def library_calls(self, pause, resume):
+        self.zones += 1
+        self.pause, self.resume = pause, resume
+        yield
+
+    def library(self, fn, *args):
+        self.pause()
+        try:
+            return fn(*args)
+        finally:
+            self.resume()
+
+
+def twice(x):
+    doubled = x + x
+    return doubled
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_library_calls_pause_the_hook_only_under_settrace(backend):
+    probe = PausingProbe()
+
+    def model(x):
+        y = probe.library(twice, x)  # user code reached from inside a paused library call
+        z = twice(y)
+        return z
+
+    before = sys.gettrace()
+    with Recorder(is_this_file, probe, backend) as recorder:
+        model(Value("x"))
+    assert sys.gettrace() is before
+    (root,) = recorder.roots
+    assert [b[0] for b in root.bindings] == ["y", "z"]
+    library, second = root.children
+    assert (library.qualname, second.qualname) == ("PausingProbe.library", "twice")
+    if backend == "settrace":
+        assert probe.zones == 1
+        assert library.children == []  # called while paused: not seen
+    else:  # monitoring needs no pausing: every call is seen
+        assert probe.zones == 0
+        assert [c.qualname for c in library.children] == ["twice"]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is Python 3.12+")
+def test_code_disabled_as_library_is_recorded_once_it_is_user_code():
+    for user, expected in ((False, []), (True, ["twice"]), (False, []), (True, ["twice"])):
+        with Recorder(lambda f, user=user: user and is_this_file(f), Probe(), "monitoring") as recorder:
+            twice(Value("x"))
+        assert [c.qualname for c in recorder.roots] == expected
