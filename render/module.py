@@ -57,8 +57,9 @@ def _docstring(program: Program, source: str) -> str:
         or "no tensor inputs"
     )
     outputs = "outputs, new_state" if program.takes_state else "outputs"
+    torch = trace.frontend == "torch"
     paragraphs = [
-        f"JAX for {source}, exported by jaxside from one traced run (torchax).",
+        f"JAX for {source}, exported by jaxside from one traced run{' (torchax)' if torch else ''}.",
         f"Traced with {inputs}; shapes and non-tensor inputs are baked in as they were then.",
     ]
     call = ["Call it:", ""]
@@ -81,10 +82,13 @@ def _docstring(program: Program, source: str) -> str:
             f"values ({shown}, listed in `STATE_BUFFERS`); the new values come back as `new_state`, "
             "the same tree. Nothing is mutated."
         )
-    paragraphs.append(
-        f"`{entry.name}` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect "
-        "to the float leaves of `params`, or pass `allow_int=True`)."
-    )
+    if torch:
+        paragraphs.append(
+            f"`{entry.name}` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect "
+            "to the float leaves of `params`, or pass `allow_int=True`)."
+        )
+    else:
+        paragraphs.append(f"`{entry.name}` works under `jax.jit`, `jax.vmap` and `jax.grad`.")
     if program.fallbacks:
         names = ", ".join(sorted(program.fallbacks))
         paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")
@@ -206,7 +210,14 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
     pad = " " * indent
     if isinstance(node, ast.FunctionDef):
         args = ", ".join(a.arg for a in node.args.args)
-        lines = [f"{pad}def {node.name}({args}):"]
+        lines = [f"{pad}@{ast.unparse(d)}" for d in node.decorator_list]
+        head = f"{pad}def {node.name}({args}):"
+        if len(head) > WIDTH:
+            one_line = f"{pad}    {args},"
+            params = [one_line] if len(one_line) <= WIDTH else [f"{pad}    {a.arg}," for a in node.args.args]
+            lines += [f"{pad}def {node.name}(", *params, f"{pad}):"]
+        else:
+            lines.append(head)
         body = node.body
         if (
             body
@@ -228,7 +239,12 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
             lines += format_statement(statement, indent + 4)
         return lines
     if isinstance(node, ast.Assign):
-        return _wrap(node.value, indent, f"{pad}{_target(node.targets[0])} = ")
+        target = node.targets[0]
+        if isinstance(target, ast.Tuple) and len(f"{pad}{_target(target)} = ") > WIDTH // 2:
+            # Many names at once (a gradient's forward residuals): one per line.
+            elements = [f"{pad}    {ast.unparse(e)}," for e in target.elts]
+            return [f"{pad}(", *elements, *_wrap(node.value, indent, f"{pad}) = ")]
+        return _wrap(node.value, indent, f"{pad}{_target(target)} = ")
     if isinstance(node, ast.Return) and node.value is not None:
         value = node.value
         if isinstance(value, ast.Tuple) and value.elts:  # `return a, b`, not `return (a, b)`
@@ -275,6 +291,10 @@ def _wrap(node: ast.expr, indent: int, prefix: str, suffix: str = "") -> list[st
         if len(head) <= WIDTH and len(one_line) <= WIDTH:
             return [head, one_line, pad + ")" + suffix]
         lines = [head]
+        if len(head) > WIDTH and isinstance(node.func, ast.Call):  # `jax.shard_map(f, ...)(x)`
+            lines = _wrap(node.func, indent, prefix, "(")
+            if len(lines[-1]) + len(", ".join(items)) + len(suffix) + 1 <= WIDTH:
+                return lines[:-1] + [lines[-1] + ", ".join(items) + ")" + suffix]
         for arg in node.args:
             lines += _wrap(arg, inner, inner_pad, ",")
         for keyword in node.keywords:

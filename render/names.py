@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-Source = Literal["local", "argument", "parameter", "expression", "loop", "fallback"]
-"""Where a name came from; everything but `fallback` is derived from torch source identifiers."""
+Source = Literal["local", "argument", "parameter", "expression", "loop", "gradient", "fallback"]
+"""Where a name came from; everything but `fallback` is derived from source identifiers."""
 
-DERIVED: frozenset[str] = frozenset({"local", "argument", "parameter", "expression", "loop"})
+DERIVED: frozenset[str] = frozenset({"local", "argument", "parameter", "expression", "loop", "gradient"})
 
 # Roots that say where a callable lives, not what the value is: `torch.sin(x)` is a `sin`.
 _NAMESPACES = frozenset({"self", "torch", "F", "nn", "functional", "np", "jnp", "jax", "lax", "math", "cls"})
@@ -64,6 +64,31 @@ def function_name(qualname: str) -> str:
     return identifier("_".join(w for w in words if w), "function")
 
 
+def leaf_name(path: str, module_path: str | None = None) -> str:
+    """A short name for an input deep in a pytree, as a def that reads it calls it: `params['w1']` ->
+    `w1`, `params['layers.0.attention.wqkv.weight']` in module `layers.0.attention` -> `wqkv_weight`."""
+    match = re.search(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]$", path)
+    if match is None:
+        return path
+    key = match.group(1) or match.group(2)
+    if key is None:
+        return identifier(path)
+    if module_path and key.startswith(module_path + "."):
+        key = key[len(module_path) + 1 :]
+    parts = [p for p in key.split(".") if p and not p.isdigit()]
+    return identifier("_".join(parts[-2:]))
+
+
+def gradient_name(primal: str | None) -> str:
+    """A gradient's name from its primal value's: `h` -> `grad_h`, `params['w1']` -> `grad_params_w1`."""
+    return f"grad_{identifier(primal)}" if primal else "grad"
+
+
+def derivative_name(primal: str | None) -> str:
+    """A factor of the derivative of `primal`, computed by the forward pass: `h` -> `d_h`."""
+    return f"d_{identifier(primal)}" if primal else "d"
+
+
 def expression_name(text: str | None) -> str | None:
     """A temporary's name from the torch expression that made it: `self.w1(x)` -> `w1_x`,
     `x_re * cos` -> `x_re_times_cos`, `pairs[..., 0]` -> `pairs_0`; None if nothing fits."""
@@ -106,13 +131,18 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
         left, right = _parts(node.left, depth + 1), _parts(node.right, depth + 1)
         if _is_chain(node.left) and _is_chain(node.right) and left and right:
             return [left[-1], _OPERATORS.get(type(node.op), "op"), right[-1]]
+        for chain, number in ((node.left, node.right), (node.right, node.left)):
+            if _is_chain(chain) and isinstance(number, ast.Constant) and type(number.value) is int:
+                # `error ** 2` -> error_pow_2, `1 + x` -> x_plus_1
+                return [_parts(chain, depth + 1)[-1], _OPERATORS.get(type(node.op), "op"), str(number.value)]
         return left or right
     if isinstance(node, ast.UnaryOp):
         return _parts(node.operand, depth + 1)
     if isinstance(node, ast.Subscript):
         base = _parts(node.value, depth + 1)
         index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        extra = [str(i.value) for i in index if isinstance(i, ast.Constant) and isinstance(i.value, int)]
+        constants = [i.value for i in index if isinstance(i, ast.Constant)]
+        extra = [str(c) for c in constants if isinstance(c, int | str)]
         extra += [i.id for i in index if isinstance(i, ast.Name)]
         return [*base[-1:], *extra[:1]]
     if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
@@ -123,10 +153,14 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
 
 
 def _is_chain(node: ast.expr) -> bool:
-    """`x`, `self.weight`, `x.T`: a plain name or attribute chain."""
-    while isinstance(node, ast.Attribute):
+    """`x`, `self.weight`, `x.T`, `params["w1"]`: a name or attribute chain, or a constant key of one."""
+    while isinstance(node, ast.Attribute) or _is_key(node):
         node = node.value
     return isinstance(node, ast.Name)
+
+
+def _is_key(node: ast.expr) -> bool:
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
 
 
 def _is_namespace(node: ast.expr) -> bool:

@@ -25,10 +25,16 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
 from render import names as naming
+from render._signature import STRUCTURE
 from render.names import Scope
 from render.ops import RULES, atom_expr, render_eqn
 from tracing.trace import Call, Input, Site, Trace
 
+CALL_LIKE = frozenset(
+    {"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call", "custom_vjp_call",
+     "custom_vjp_call_jaxpr", "custom_lin"}
+)
+"""Primitives that call their body once: when no rule can write one, its body inline computes the same."""
 MODULE_NAMES = frozenset({"jax", "jnp", "lax", "np", "load_params", "params", "state"})
 INLINE_LIMIT = 60
 """A sub-expression of another torch expression is written inside it when at most this long."""
@@ -101,6 +107,9 @@ class Function:
     # How callers call it: which of a call's args ("arg", i) and inputs ("extra", i) it takes,
     # in parameter order, and what it gives back.
     operands: list[tuple[str, int]] = field(default_factory=list)
+    packing: list[list[tuple[str, int]] | None] = field(default_factory=list)
+    """Per parameter after `params`/`state`: None for one operand (the next), or the operands a
+    pytree parameter holds, as `(path, operand position)` (`params` of a JAX function)."""
     out_slots: list[int] = field(default_factory=list)
     ret_paths: list[str] = field(default_factory=list)
     uses_params: bool = False
@@ -109,6 +118,37 @@ class Function:
     """Buffer paths (relative to the call's module) whose new value it returns."""
     anchor: str | None = None
     """The module path its `params`/`state` subtrees start at (of its first call)."""
+    decorators: list[ast.expr] = field(default_factory=list)
+
+    def plain_params(self) -> list[tuple[str, int]]:
+        """`(parameter, operand position)` for the parameters that take one operand."""
+        names = self.params[len(self.params) - len(self.packing) :] if self.packing else self.params[
+            len(self.params) - len(self.operands) :
+        ]
+        if not self.packing:
+            return list(zip(names, range(len(self.operands))))
+        result, position = [], 0
+        for name, pack in zip(names, self.packing):
+            if pack is None:
+                result.append((name, position))
+                position += 1
+            else:
+                position += len(pack)
+        return result
+
+    def call_args(self, values: list[ast.expr]) -> list[ast.expr]:
+        """The arguments that pass these operand expressions (pytree parameters rebuilt)."""
+        if not any(self.packing):
+            return list(values)
+        args, position = [], 0
+        for pack in self.packing:
+            if pack is None:
+                args.append(values[position])
+                position += 1
+            else:
+                args.append(_tree_arg([(path, values[i]) for path, i in pack]))
+                position += len(pack)
+        return args
 
     def node(self) -> ast.FunctionDef:
         body: list[ast.stmt] = []
@@ -120,7 +160,7 @@ class Function:
         if not body:
             body.append(ast.Pass())
         args = ast.arguments([], [ast.arg(p) for p in self.params], None, [], [], None, [])
-        return ast.FunctionDef(self.name, args, body, [], None, lineno=0)
+        return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
 
 
 @dataclass
@@ -153,7 +193,8 @@ class Program:
         for function in self.functions:
             seen: set[str] = set()
             tree = function.node()
-            names = [a.arg for a in tree.args.args if a.arg not in ("params", "state")]
+            skip = int(function.uses_params) + int(function.uses_state)
+            names = [a.arg for a in tree.args.args[skip:]]
             names += [
                 n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
             ]
@@ -270,6 +311,12 @@ class _Lowering:
                 if isinstance(v, Var):
                     self.uses.setdefault(v, []).append(i)
         self.program_outs = {v for v in outvars if isinstance(v, Var)}
+        self.available = {v for i in self.live for v in self.eqns[i].outvars}
+        self.available.update(self.jaxpr.invars, self.jaxpr.constvars)
+        self.gradients = trace.gradients
+        self.backward_eqns = {
+            i for i, eqn in enumerate(self.eqns) if any(v in self.gradients for v in eqn.outvars)
+        }
         self.outputs = [(p, self.resolve(v)) for p, v in trace.outputs]
         self.input_of: dict[Any, Input] = {i.var: i for i in trace.inputs}
         self.state_in = {s.input.var: s.input.name for s in trace.state}
@@ -278,13 +325,16 @@ class _Lowering:
         self.param_tree = _Tree([p for p in stored if p not in self.state_final])
         self.state_tree = _Tree(list(self.state_final))
         self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
-        self.module = Scope(reserved=set(MODULE_NAMES))
+        self.module_entry = any(i.kind != "arg" for i in trace.inputs) or trace.root.module_path is not None
+        # `params` and `state` name the trees of a module's tensors; a function's arguments may take them.
+        self.reserved = MODULE_NAMES if self.module_entry else MODULE_NAMES - {"params", "state"}
+        self.module = Scope(reserved=set(self.reserved))
         self.constants: list[tuple[str, ast.expr]] = []
         self.constant_names: dict[tuple, str] = {}
         self.helpers: list[Function] = []
         self.helper_names: dict[str, str] = {}
+        self.custom_names: dict[tuple, str] = {}
         self.fallbacks: Counter[str] = Counter()
-        self.module_entry = any(i.kind != "arg" for i in trace.inputs) or trace.root.module_path is not None
 
     def resolve(self, v: Any) -> Any:
         """The value an equation computed first, for a repeat of the same equation."""
@@ -327,7 +377,7 @@ class _Lowering:
             reroll(self, function)
             function.doc = self._docstring(function)
         entry = root.group.function
-        arg_names = [p for p in entry.params if p not in ("params", "state")]
+        arg_names = entry.params[int(entry.uses_params) + int(entry.uses_state) :]
         return Program(
             trace=self.trace,
             functions=functions,
@@ -418,7 +468,12 @@ class _Lowering:
     def returned(self, node: _Node) -> list[tuple[str, Any]]:
         if node.parent is None:
             return list(self.outputs)
-        return [(p, self.resolve(v)) for p, v in node.call.returned if isinstance(v, Var)]
+        # A result nobody used is not computed (a loss under `jax.grad`): the call returns the rest.
+        return [
+            (p, self.resolve(v))
+            for p, v in node.call.returned
+            if isinstance(v, Var) and self.resolve(v) in self.available
+        ]
 
     # -- grouping ----------------------------------------------------------------------------------
 
@@ -566,15 +621,40 @@ class _Lowering:
         key = str(jaxpr)
         name = self.helper_names.get(key)
         if name is None:
+            if self._user_code(jaxpr):
+                from render._bodies import BodyBuilder, def_name
+                from render._signature import Signature, pack
+
+                # A function of the user's (`@jax.jit def attention`): its name, its arguments' names.
+                name = self.module.fresh(def_name(self, jaxpr, naming.identifier(hint.lstrip("_"))), "local")
+                self.helper_names[key] = name
+                inner = jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
+                signature = Signature(
+                    list(range(len(inner.invars))), pack(range(len(inner.outvars))),
+                    names=_helper_params(len(inner.invars)),
+                )
+                self.helpers.append(BodyBuilder(self).build(name, jaxpr, signature))
+                return _name(name)
             name = self.module.fresh("_" + naming.identifier(hint.lstrip("_"), "body"), "local")
             self.helper_names[key] = name
             builder = _Builder(self, None)
             self.helpers.append(builder.build_helper(name, jaxpr))
         return _name(name)
 
+    def _user_code(self, jaxpr: Any) -> bool:
+        """Whether a sub-jaxpr holds the user's code (values with a source expression or a name)."""
+        inner = jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
+        for v in [*inner.invars, *(v for e in inner.eqns for v in e.outvars)]:
+            origin = self.trace.origin(v) if isinstance(v, Var) else None
+            if origin is not None and (origin.name or origin.site is not None):
+                return True
+        return False
+
     def _docstring(self, function: Function) -> str:
         first = function.calls[0]
-        where = f"`{first.function}`, {first.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{first.line}"
+        where = f"`{first.function}`, {first.file.replace(chr(92), '/').rsplit('/', 1)[-1]}"
+        if first.line:  # line 0: a transformation of the code (`jax.grad(f)`), not a def of its own
+            where += f":{first.line}"
         paths = [c.module_path for c in function.calls if c.module_path]
         if len(function.calls) == 1:
             return where + (f", for `{paths[0]}`." if paths else ".")
@@ -597,7 +677,7 @@ class _Builder:
         self.low = lowering
         self.group = group
         self.node = group.nodes[0] if group else None
-        self.scope = Scope(reserved=set(MODULE_NAMES), outer=lowering.module)
+        self.scope = Scope(reserved=set(lowering.reserved), outer=lowering.module)
         self.env: dict[Any, ast.expr] = {}
         self.folded: dict[Any, list[int]] = {}
         self.pending: list[int] = []
@@ -616,6 +696,21 @@ class _Builder:
 
     def function(self, jaxpr: Any, hint: str) -> ast.expr:
         return self.low.helper(jaxpr, hint)
+
+    def custom_jvp(self, eqn: Any) -> ast.expr | None:
+        """A module-level `jax.custom_jvp` def with its rule for the function `eqn` calls, if known."""
+        from render._bodies import define_custom_jvp
+
+        return define_custom_jvp(self.low, eqn)
+
+    def used(self, var: Any) -> bool:
+        return bool(self.uses[var]) if isinstance(var, Var) else False
+
+    def nested(self, jaxpr: Any, hint: str, signature: Any) -> ast.expr:
+        """Write `jaxpr` as a def nested in this one (see `render._bodies.Signature`); name it."""
+        from render._bodies import nested
+
+        return nested(self, jaxpr, hint, signature)
 
     def inline(self, jaxpr: Any, args: list[ast.expr], hint: str) -> list[ast.expr]:
         closed = jaxpr if isinstance(jaxpr, ClosedJaxpr) else None
@@ -653,6 +748,7 @@ class _Builder:
     # -- rendering ---------------------------------------------------------------------------------
 
     def render(self, eqn: Any, args: list[ast.expr]) -> ast.expr:
+        eqn = _without_trivial_sharding(eqn)
         name = eqn.primitive.name
         if name not in RULES:
             self.low.fallbacks[name] += 1
@@ -660,7 +756,7 @@ class _Builder:
             return render_eqn(eqn, args, self)
         except Exception as error:
             body = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
-            if body is None:
+            if body is None or name not in CALL_LIKE:
                 raise LoweringError(f"cannot render `{name}` equation {eqn}: {error}") from error
             # A call-like primitive the rules could not write: its body, inline, computes the same.
             self.low.fallbacks[f"{name} (inlined)"] += 1
@@ -786,7 +882,7 @@ class _Builder:
             else:
                 origin = low.trace.origin(v)
                 base = (
-                    origin.name
+                    naming.leaf_name(origin.name, node.call.module_path)
                     if origin and origin.name
                     else naming.expression_name(origin.expression if origin else None) or ""
                 )
@@ -794,19 +890,38 @@ class _Builder:
             self.env[v] = _name(base)
         # In the torch def's parameter order where the names tell it (`x_t, h`), captured values last.
         order = {name: i for i, name in enumerate(signature)}
-        operands.sort(key=lambda op: order.get(op[0], len(order)))
+        operands.sort(key=lambda op: order.get(_tree_root(op[0]) or op[0], len(order)))
+        trees = low.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
+        grouped: dict[str | int, list[tuple[str, str, int]]] = {}
         for base, kind, index in operands:
-            name = self.scope.fresh(base, "argument" if base else "fallback")
+            root = _tree_root(base) if trees and kind == "arg" else None
+            grouped.setdefault(root if root in order else len(grouped), []).append((base, kind, index))
+        for key, members in grouped.items():
+            if not isinstance(key, str):
+                ((base, kind, index),) = members
+                name = self.scope.fresh(base, "argument" if base else "fallback")
+                names.append(name)
+                function.packing.append(None)
+                function.operands.append((kind, index))
+                v = low.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
+                self.env[v] = _name(name)
+                continue
+            name = self.scope.fresh(key, "argument")
             names.append(name)
-            function.operands.append((kind, index))
-            v = low.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
-            self.env[v] = _name(name)
+            pack = []
+            for base, kind, index in members:
+                pack.append((base[len(key) :], len(function.operands)))
+                function.operands.append((kind, index))
+                self.env[low.resolve(node.call.args[index][1])] = _path_expr(name, base[len(key) :])
+            function.packing.append(pack)
         return names
 
     def _inlinable(self, v: Any, site: Site | None, value: ast.expr, call_site: bool = False) -> bool:
         assert self.node is not None
         if self.uses[v] != 1 or self.low.local_name(self.node, v):
             return False
+        if self.low.gradients.get(v) is not None:
+            return False  # the gradient of a named value: a line of its own, to read and to edit
         consumer = self.consumer.get(v)
         if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
             return False  # a long sub-expression of its own (`self.conv1(x)`) reads better named
@@ -818,17 +933,35 @@ class _Builder:
             return False  # the same call site again: the next iteration of a loop
         return _contains(consumer, site)
 
-    def _target(self, v: Any, site: Site | None, fallback: str, operand: ast.expr | None = None) -> str:
+    def _target(
+        self,
+        v: Any,
+        site: Site | None,
+        fallback: str,
+        operand: ast.expr | None = None,
+        *,
+        made_in_call: bool = False,
+    ) -> str:
         assert self.node is not None
         local = self.low.local_name(self.node, v)
         if local:
             return self.scope.fresh(local, "local")
+        if v in self.low.gradients:
+            return self.scope.fresh(self._gradient_base(v, site), "gradient")
+        if v in self.low.trace.derivatives:
+            return self.scope.fresh(self._derivative_base(v, site), "gradient")
+        if made_in_call:
+            # A value a callee made and the caller needs (a forward residual): the callee's name for it.
+            origin = self.low.trace.origin(v)
+            base = origin.name or naming.expression_name(origin.expression) if origin else None
+            if base:
+                return self.scope.fresh(base, "local" if origin and origin.name else "expression")
         uses = self.low.uses.get(v, [])
         if (
             site is not None
             and isinstance(operand, ast.Name)
             and uses
-            and any(self.low.trace.eqn_sites[u] == site for u in uses)
+            and any(self.low.trace.eqn_sites[u] == site for u in uses if u not in self.low.backward_eqns)
         ):
             # A step inside one torch expression: a new version of its operand, not the expression.
             return self.scope.fresh(
@@ -839,6 +972,25 @@ class _Builder:
             return self.scope.fresh(base, "expression", temporary=True)
         return self.scope.fresh(fallback, "fallback")
 
+    def _gradient_base(self, v: Any, site: Site | None) -> str:
+        """`grad_h` for the gradient of `h`: the name the forward value has here, or had where it was made."""
+        return naming.gradient_name(self._primal_name(self.low.gradients.get(v), site))
+
+    def _primal_name(self, primal: Any, site: Site | None) -> str | None:
+        base = None
+        if primal is not None:
+            known = self.env.get(primal)
+            if isinstance(known, ast.Name):
+                base = known.id
+            else:
+                origin = self.low.trace.origin(primal)
+                base = origin.name or naming.expression_name(origin.expression) if origin else None
+        return base or naming.expression_name(site.text if site else None)
+
+    def _derivative_base(self, v: Any, site: Site | None) -> str:
+        """`d_hidden` for a factor of the derivative of `hidden` (`1.0 - hidden` for a tanh)."""
+        return naming.derivative_name(self._primal_name(self.low.trace.derivatives[v], site))
+
     def _emit_eqn(self, index: int) -> None:
         assert self.node is not None
         eqn = self.low.eqns[index]
@@ -848,7 +1000,8 @@ class _Builder:
         operands = [self.expr(v) for v in eqn.invars]
         value = self.render(eqn, copy.deepcopy(operands))
         outs = eqn.outvars
-        if len(outs) == 1 and self._inlinable(outs[0], site, value):
+        structured = getattr(value, STRUCTURE, None) is not None
+        if len(outs) == 1 and not structured and self._inlinable(outs[0], site, value):
             self.env[outs[0]] = value
             self.folded[outs[0]] = self._take_pending()
             return
@@ -861,6 +1014,12 @@ class _Builder:
                 targets.append(self._hoisted_name(source, v, site, eqn.primitive.name))
             else:
                 targets.append(self._target(v, site, eqn.primitive.name, operands[0] if operands else None))
+        if structured:
+            from render._bodies import emit_structured
+
+            names = {i: t for i, t in enumerate(targets) if t != "_"}
+            emit_structured(self, list(outs), value, names, site, self._take_pending())
+            return
         self._emit(Statement(targets, value, self._take_pending(), site))
         for v, t in zip(outs, targets):
             if t != "_":
@@ -871,10 +1030,10 @@ class _Builder:
         if function is not None and v in child.inputs:
             operand = ("extra", child.inputs.index(v))
             if operand in function.operands:
-                offset = len(function.params) - len(function.operands)
-                return self.scope.fresh(
-                    function.params[offset + function.operands.index(operand)], "argument"
-                )
+                position = function.operands.index(operand)
+                for name, at in function.plain_params():
+                    if at == position:
+                        return self.scope.fresh(name, "argument")
         return self._target(v, site, fallback)
 
     def _emit_call(self, child: _Node) -> None:
@@ -896,7 +1055,7 @@ class _Builder:
         if function.uses_state:
             self.uses_state = True
             args.append(low.state_tree.subscript(_name("state"), relative, node.anchor or ""))
-        args += [self.expr(v) for v in self._call_operands(child, function)]
+        args += function.call_args([self.expr(v) for v in self._call_operands(child, function)])
         value: ast.expr = ast.Call(_name(function.name), args, [])
         returned = low.returned(child)
         extras = [child.outputs[i] for i in function.out_slots]
@@ -928,7 +1087,7 @@ class _Builder:
                         _name(state_name), _relative(path, child.anchor or ""), child.anchor or ""
                     )
         for v in extras:
-            name = self._target(v, self.site, "value")
+            name = self._target(v, self.site, "value", made_in_call=True)
             flat.append(name)
             targets.append(_name(name, ast.Store()))
             self.env[v] = _name(name)
@@ -970,7 +1129,7 @@ class _Builder:
             function.ret_paths = [p for p, _ in returned]
             if returned:
                 parts.append(_paths_expr([(p, self.expr(v)) for p, v in returned]))
-            else:
+            elif not node.state_out and not self._extra_outputs(node):
                 parts.append(ast.Constant(None))
         if node.state_out:
             parts.append(self._state_dict(node))
@@ -1017,6 +1176,7 @@ def _merge_shapes(low: _Lowering, variants: list[_Group]) -> None:
     if any(
         f.params != first.params
         or f.operands != first.operands
+        or f.packing != first.packing
         or f.out_slots != first.out_slots
         or f.ret_paths != first.ret_paths
         or f.state_out != first.state_out
@@ -1093,8 +1253,7 @@ def _param_shapes(low: _Lowering, group: _Group) -> dict[str, tuple[int, ...]]:
     function, node = group.function, group.nodes[0]
     assert function is not None
     values = _operand_values(node, function)
-    names = function.params[len(function.params) - len(values) :]
-    return {n: tuple(v.aval.shape) for n, v in zip(names, values)}
+    return {name: tuple(values[at].aval.shape) for name, at in function.plain_params()}
 
 
 def _operand_values(node: _Node, function: Function) -> list[Any]:
@@ -1158,6 +1317,26 @@ def _name(name: str, ctx: ast.expr_context | None = None) -> ast.Name:
     return ast.Name(name, ctx or ast.Load())
 
 
+class _NoMesh:
+    axis_names = ("?",)
+
+
+_NO_MESH = _NoMesh()
+
+
+def _without_trivial_sharding(eqn: Any) -> Any:
+    """`eqn` with a sharding over a mesh of no axes (what a backward pass sets on a single device)
+    as None: it places nothing, and None is what the public functions take for it."""
+    trivial = [
+        k
+        for k, v in eqn.params.items()
+        if k in ("sharding", "out_sharding") and v is not None and not getattr(v, "mesh", _NO_MESH).axis_names
+    ]
+    if not trivial:
+        return eqn
+    return eqn.replace(params={**eqn.params, **dict.fromkeys(trivial)})
+
+
 def _live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> set[int]:
     needed = {v for v in outvars if isinstance(v, Var)}
     live: set[int] = set()
@@ -1171,8 +1350,11 @@ def _live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> se
     return live
 
 
-def _defining_index(eqns: list[Any], within: set[int], v: Any) -> int:
-    return next((i for i in sorted(within) if v in eqns[i].outvars), -1)
+def _defining_index(eqns: list[Any], within: set[int], v: Any) -> tuple[int, int]:
+    """Where `v` is made: its equation, then its place among that equation's outputs (a `split`'s)."""
+    found = (i for i in sorted(within) if v in eqns[i].outvars)
+    index = next(found, -1)
+    return (index, list(eqns[index].outvars).index(v)) if index >= 0 else (-1, 0)
 
 
 def _canonical(value: Any) -> Any:
@@ -1202,10 +1384,37 @@ def _is_simple(node: ast.expr) -> bool:
 
 
 _PATH_PART = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]")
+_PATH = re.compile(r"(\[(\d+|'[^']*'|\"[^\"]*\")\])+")
 
 
 def _path_parts(path: str) -> list[int | str]:
     return [int(p) if p.isdigit() else p[1:-1] for p in _PATH_PART.findall(path)]
+
+
+def _tree_root(path: str) -> str | None:
+    """`params` for `params['w1']` or `params[0]`: an argument's name when `path` is inside it."""
+    match = re.match(r"[A-Za-z_][A-Za-z0-9_]*", path)
+    if match is None or match.end() == len(path):
+        return None
+    return match.group(0) if _PATH.fullmatch(path[match.end() :]) else None
+
+
+def _tree_arg(leaves: list[tuple[str, ast.expr]]) -> ast.expr:
+    """The pytree holding these leaves: the caller's own tree when each leaf is that tree at its
+    path (`params`), else a literal of the leaves (`{"w1": w1, "b1": b1}`)."""
+    bases = []
+    for path, expr in leaves:
+        parts = _path_parts(path)
+        node = expr
+        for part in reversed(parts):
+            if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                    and node.slice.value == part):
+                return _paths_expr(leaves)
+            node = node.value
+        bases.append(node)
+    if bases and all(ast.dump(b) == ast.dump(bases[0]) for b in bases):
+        return bases[0]
+    return _paths_expr(leaves)
 
 
 def _path_expr(name: str, path: str) -> ast.expr:
@@ -1249,7 +1458,8 @@ def _spec_expr(
         if index in static:
             return _constant(static[index])
         return next(leaves)
-    children = [_spec_expr(c, leaves, static, counter) for c in spec.children_specs]
+    specs = spec.children() if hasattr(spec, "children") else spec.children_specs
+    children = [_spec_expr(c, leaves, static, counter) for c in specs]
     if spec.type is dict or (isinstance(spec.type, type) and issubclass(spec.type, dict)):
         return ast.Dict([ast.Constant(k) for k in spec.context], children)
     if spec.type is list:
@@ -1389,3 +1599,7 @@ def source_loop(site: Site | None) -> ast.AST | None:
             if best is None or (node.lineno, node.col_offset) >= (best.lineno, best.col_offset):  # type: ignore[attr-defined]
                 best = node
     return best
+
+
+# The rules for higher-order primitives write nested defs with the builders above: registered last.
+from render import control as _control  # noqa: E402, F401

@@ -45,3 +45,39 @@ def test_torchax_tensor_wraps_a_jax_value():
     assert [e.primitive.name for e in closed.jaxpr.eqns] == ["mul"]
     assert _internals.to_jax_array(torch.ones(2, dtype=torch.bfloat16)).dtype == jnp.bfloat16
     assert _internals.to_jax_dtype(torch.float32) == jnp.float32
+
+
+def test_primal_var_through_grad_and_vmap_tracers_and_backward_name_stacks():
+    seen = {}
+
+    def f(x):
+        seen["grad"] = _internals.var_of(jnp.sin(x))  # a linearize tracer whose primal is traced
+        return jnp.sum(jnp.sin(x))
+
+    def g(x):
+        seen["vmap"] = _internals.var_of(x * 2.0)  # a batch tracer around the traced value
+        return x * 2.0
+
+    closed = jax.make_jaxpr(jax.grad(f))(jnp.ones(3))
+    assert seen["grad"] in {v for e in closed.jaxpr.eqns for v in e.outvars}
+    stacks = [_internals.name_stack(e) for e in closed.jaxpr.eqns]
+    assert any("transpose" in s for s in stacks) and any("transpose" not in s for s in stacks)
+    batched = jax.make_jaxpr(jax.vmap(g))(jnp.ones((2, 3)))
+    assert seen["vmap"] is batched.jaxpr.eqns[0].outvars[0]
+    assert _internals.primal_var(1.0) is None
+
+
+def test_sub_jaxprs_and_custom_jvp_rule():
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defjvp(lambda primals, tangents: (f(primals[0]), jnp.cos(primals[0]) * tangents[0]))
+    closed = jax.make_jaxpr(lambda x: jax.lax.cond(x > 0, f, jnp.cos, x))(1.0)
+    (cond,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "cond"]
+    branches = _internals.sub_jaxprs(cond)
+    assert len(branches) == 2
+    (call,) = [e for b in branches for e in b.eqns if e.primitive.name == "custom_jvp_call"]
+    rule = _internals.custom_jvp_rule(call)
+    assert len(rule.jaxpr.invars) == 2 and len(rule.jaxpr.outvars) == 2
+    assert "cos" in {e.primitive.name for e in rule.jaxpr.eqns}

@@ -126,6 +126,10 @@ class Capture:
     progress: Callable[[Progress], None] | None = None
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Trace:
+        from tracing import _jaxfn  # it builds on this module
+
+        if _jaxfn.is_jax_entry(fn, args, kwargs):
+            return _jaxfn.JaxSession(self, fn, args, kwargs).run()
         return _Session(self, fn, args, kwargs).run()
 
 
@@ -314,6 +318,11 @@ class _Session:
             raise classified from error
         reporter.tick("recording")
         return _build_trace(self, closed, recorder, result)
+
+    @property
+    def entry_code(self) -> CodeType | None:
+        """The code object whose call is the root of the call tree (None: a synthesized root)."""
+        return _entry_code(self.fn)
 
     @property
     def entry_file(self) -> str | None:
@@ -605,7 +614,7 @@ def _build_trace(session: _Session, closed: Any, recorder: Recorder, result: dic
             raised=record.raised,
         )
 
-    entry_code = _entry_code(session.fn)
+    entry_code = session.entry_code
     records = recorder.roots
     spans = {}
     if len(records) == 1 and records[0].code is entry_code:

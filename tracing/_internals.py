@@ -7,6 +7,12 @@ fails loudly when a new JAX or torchax moves one of them.
   ``Literal`` for a folded constant), and the trace being built keeps its equations, in
   emission order, in ``trace.frame.tracing_eqns`` (weak references once dead code can
   be dropped).
+- jax 0.10: under ``jax.grad``/``jax.jvp`` the user's locals hold ``LinearizeTracer``s or
+  ``JVPTracer``s whose ``.primal`` is the value of the trace below (eventually a
+  ``DynamicJaxprTracer``); under ``jax.vmap`` a ``BatchTracer`` keeps it in ``.val``.
+- jax 0.10: every equation's ``source_info.name_stack`` prints the transformations it went
+  through (``transpose(jvp())`` for the backward pass of ``jax.grad``), relative to the
+  jaxpr that holds it.
 - torchax 0.0.13: a ``torchax.tensor.Tensor`` holds its JAX value in ``._elem``; in-place
   ops replace ``._elem`` on the same object.
 """
@@ -19,6 +25,7 @@ from typing import Any
 
 import jax
 from jax._src import core as jax_core  # jax 0.10
+from jax._src.interpreters import ad, batching  # jax 0.10
 from jax._src.interpreters import partial_eval as pe  # jax 0.10
 
 from tracing._compat import import_torchax
@@ -59,7 +66,54 @@ def var_of(value: object) -> Var | None:
     if isinstance(value, pe.DynamicJaxprTracer):
         atom = value.val
         return atom if isinstance(atom, Var) else None
+    if isinstance(value, jax_core.Tracer):
+        return primal_var(value)
     return None
+
+
+_WRAPPING_TRACERS = {ad.JVPTracer: "primal", ad.LinearizeTracer: "primal", batching.BatchTracer: "val"}
+
+
+def primal_var(value: object) -> Var | None:
+    """The jaxpr var under a transformation's tracer: a ``jax.grad`` local's primal value, a
+    ``jax.vmap`` local's batched value (through any nesting of them); None for anything else."""
+    for _ in range(64):  # transformations nest a few levels deep, never this many
+        if isinstance(value, pe.DynamicJaxprTracer):
+            atom = value.val
+            return atom if isinstance(atom, Var) else None
+        field = _WRAPPING_TRACERS.get(type(value))
+        if field is None:
+            return None
+        value = getattr(value, field)
+    return None
+
+
+def name_stack(eqn: jax_core.JaxprEqn) -> str:
+    """The transformations and scopes an equation was made under: ``transpose(jvp())``, ``''``."""
+    return str(eqn.source_info.name_stack)
+
+
+def custom_jvp_rule(eqn: jax_core.JaxprEqn) -> jax_core.ClosedJaxpr | None:
+    """The JVP rule of a ``custom_jvp_call`` as a jaxpr from ``(*primals, *tangents)`` to
+    ``(*outputs, *output_tangents)``; None when it has constants or zero output tangents.
+
+    jax 0.10 keeps the rule as ``params["jvp_jaxpr_fun"]``, a ``WrappedFun`` of the tangents'
+    symbolic-zero flags returning ``(jaxpr, consts, output zero flags)``.
+    """
+    if eqn.params.get("num_consts"):
+        return None
+    try:
+        jaxpr, consts, out_zeros = eqn.params["jvp_jaxpr_fun"].call_wrapped(*[False] * len(eqn.invars))
+    except Exception:  # a rule that cannot be traced on its own: the body stays
+        return None
+    if any(out_zeros):
+        return None
+    return jax_core.ClosedJaxpr(jaxpr, consts)
+
+
+def sub_jaxprs(eqn: jax_core.JaxprEqn) -> list[jax_core.Jaxpr]:
+    """The jaxprs an equation holds in its params (a scan's body, a cond's branches)."""
+    return list(jax_core.jaxprs_in_params(eqn.params))
 
 
 def jax_value(tensor: object) -> object:

@@ -133,6 +133,17 @@ class Trace:
     """Per equation, the call that emitted it."""
     entry: str
     """What was traced: the entry's qualname (or the module class name)."""
+    frontend: Literal["torch", "jax"] = "torch"
+    """What the entry was: torch code run through torchax, or JAX code (which may call torch code)."""
+    gradients: dict[Any, Any] = field(default_factory=dict)
+    """For a gradient program (`jax.grad` of the entry's code): each value the backward pass made
+    -> the forward value it is the gradient of, or None when that is not known."""
+    custom_jvp_rules: dict[int, Any] = field(default_factory=dict)
+    """For `jax.custom_jvp` functions the JAX code called: `id` of a `custom_jvp_call` equation's
+    ``jvp_jaxpr_fun`` param -> its rule, a ClosedJaxpr `(*primals, *tangents) -> (*outs, *out_tangents)`."""
+    derivatives: dict[Any, Any] = field(default_factory=dict)
+    """For a gradient program: forward values only the backward pass reads (a derivative's factor,
+    ``2.0 * error`` for ``error ** 2``) -> the value of the expression they differentiate."""
 
     def origin(self, var: Any) -> Origin | None:
         return self.origins.get(var)
