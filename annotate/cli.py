@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "review":
+        from annotate import review
+
+        return review.main(argv[1:])
     parser = build_parser()
     try:
         options = parser.parse_args(argv)

@@ -1,0 +1,218 @@
+"""``annotate review TORCH_FILE PORT_FILE``: check a hand-written JAX port against its torch original."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from annotate.errors import EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, Context, Failure, describe, report
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise Failure(message, "see annotate review --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="annotate review", description="Run a torch model and its hand-written JAX "
+                     "port on the same inputs and weights and find the first line where they differ.",
+                     epilog="Exit codes: 0 outputs match, 1 they diverge, 2 bad usage or input, 3 your "
+                     "code raised. See docs/review.md.")
+    add = parser.add_argument
+    add("file", metavar="TORCH_FILE", help="the torch original")
+    add("port", metavar="PORT_FILE", help="the JAX port")
+    add("--entry", metavar="EXPR", help="torch side, as for annotate (default: TORCH_FILE's example())")
+    add("--inputs", metavar="EXPR", help="torch inputs, a tuple expression; the port gets them too")
+    add("--kwargs", metavar="EXPR", help="torch keyword inputs, a dict expression")
+    add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound")
+    add("--port-entry", metavar="NAME", default="forward", help="the port's function (default: forward); "
+        "its leading arguments are weight pytrees, its last ones take the torch inputs")
+    add("--params-map", metavar="FILE", help="a Python file defining PARAMS_MAP = {port leaf path: "
+        "state_dict name}, e.g. {\"params['embed']\": 'tok_embeddings.weight'}; overrides the guess")
+    add("--rtol", type=float, default=1e-5, metavar="X", help="relative tolerance (default 1e-5)")
+    add("--atol", type=float, default=1e-6, metavar="X", help="absolute tolerance (default 1e-6)")
+    add("--html", metavar="PATH", help="also write a two-column HTML view of both files to PATH")
+    add("--debug", action="store_true", help="on error, show the full Python traceback")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        options = build_parser().parse_args(argv)
+    except SystemExit as exit:
+        return int(exit.code or 0)
+    except Failure as failure:
+        print(failure.text(), file=sys.stderr)
+        return failure.code
+    context = Context(options.file)
+    try:
+        _check(options)
+        from annotate.loading import isolated
+
+        with isolated():
+            return _run(options)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as error:
+        failure = describe(error, context)
+        report(failure, context, error, debug=options.debug)
+        return failure.code
+
+
+def _check(options: argparse.Namespace) -> None:
+    from annotate.loading import check_source
+
+    for path in (options.file, options.port, options.params_map):
+        if path is not None:
+            check_source(path)
+    for name in ("rtol", "atol"):
+        if not getattr(options, name) >= 0:
+            raise Failure(f"--{name} must be a number >= 0", f"e.g. --{name} 1e-5")
+
+
+def _run(options: argparse.Namespace) -> int:
+    from annotate.review_align import align, side
+
+    with contextlib.redirect_stdout(sys.stderr):
+        torch_trace, torch_args, state, data = _torch_side(options)
+        port_trace, port_args, mapping = _port_side(options, state, data)
+        torch = side(torch_trace, torch_args)
+        port = side(port_trace, port_args)
+    inputs = _input_pairs(torch_trace, port_trace, mapping.pairs)
+    alignment = align(torch, port, inputs, options.rtol, options.atol)
+    outputs_close = _outputs_close(torch, alignment)
+    from annotate.review_report import html_page, text
+
+    sys.stdout.write(text(options, torch, port, alignment, mapping, outputs_close))
+    if options.html:
+        Path(options.html).write_text(html_page(options, torch, port, alignment), encoding="utf-8")
+        print(f"annotate: wrote {options.html}", file=sys.stderr)
+    return EXIT_OK if outputs_close else EXIT_MISMATCH
+
+
+def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, Any], tuple]:
+    """The torch trace, its input values, its state_dict as JAX arrays and its data inputs."""
+    import jax.numpy as jnp
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from annotate.errors import UserCodeRaised
+    from annotate.loading import find_entry, load_file
+    from tracing import Capture, CaptureError
+
+    file = str(Path(options.file).resolve())
+    module = load_file(options.file)
+    entry = find_entry(module, options)
+    try:
+        trace = Capture(watch=[file])(entry.fn, *entry.args, **entry.kwargs)
+    except CaptureError:
+        raise
+    except Exception as error:
+        raise UserCodeRaised("tracing the torch entry", error) from error
+    state: dict[str, Any] = {}
+    if isinstance(entry.fn, torch.nn.Module):
+        tensors = {**dict(entry.fn.named_parameters()), **dict(entry.fn.named_buffers()),
+                   **entry.fn.state_dict()}
+        state = {name: jnp.asarray(t.detach().cpu().numpy()) for name, t in tensors.items()}
+    data = tuple(jnp.asarray(t.detach().cpu().numpy()) for t in tree_leaves((entry.args, entry.kwargs))
+                 if isinstance(t, torch.Tensor))
+    leaves = iter(data)
+    values = []
+    for item in trace.inputs:
+        if item.kind == "arg":
+            values.append(next(leaves))
+        elif item.name in state:
+            values.append(state[item.name])
+        else:
+            raise Failure(f"the torch input {item.name} is not in the module's state_dict",
+                          "register it as a parameter or buffer", file=options.file)
+    return trace, values, state, data
+
+
+def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) -> tuple[Any, list, Any]:
+    import jax
+
+    from annotate.errors import UserCodeRaised
+    from annotate.loading import load_file
+    from annotate.review_map import assign, discover
+    from tracing import Capture
+
+    module = load_file(options.port)
+    fn = getattr(module, options.port_entry, None)
+    if not callable(fn):
+        raise Failure(f"defines no function {options.port_entry}", "name the port's entry with --port-entry",
+                      file=options.port)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p.name for p in inspect.signature(fn).parameters.values()
+                if p.default is inspect.Parameter.empty and p.kind in positional]
+    weight_args = required[: max(len(required) - len(data), 0)]
+    names = list(state)
+    try:
+        probes, mapping = discover(fn, names, state, weight_args, data)
+    except LookupError as error:
+        raise Failure(f"the port reads {error.args[0]}, which no torch weight resembles",
+                      "map it in a --params-map file", file=options.port) from None
+    except Exception as error:
+        raise UserCodeRaised(f"running {options.port_entry} to find its weights", error) from error
+    overrides = _params_map(options.params_map, state) if options.params_map else {}
+    if overrides:
+        leaves = [path for probe in probes for path in probe.leaves()]
+        mapping = assign([p for p in leaves if p not in overrides], {k: v for k, v in state.items()
+                                                                     if k not in overrides.values()})
+        mapping.pairs.update(overrides)
+        mapping.unused_torch = [n for n in state if n not in mapping.pairs.values()]
+    if mapping.unmapped_port:
+        raise Failure(f"no torch weight could be mapped to {', '.join(mapping.unmapped_port)}",
+                      "map it in a --params-map file", file=options.port)
+    args = [probe.build(lambda path: state[mapping.pairs[path]]) for probe in probes] + list(data)
+    try:
+        trace = Capture(watch=[str(Path(options.port).resolve())])(fn, *args)
+    except Exception as error:
+        raise UserCodeRaised(f"tracing {options.port_entry}", error) from error
+    values = jax.tree_util.tree_leaves(args)
+    if len(values) != len(trace.inputs):
+        raise Failure(f"{options.port_entry} took {len(trace.inputs)} arrays, review built {len(values)}",
+                      "give the port's weights as dicts and lists of arrays", file=options.port)
+    return trace, values, mapping
+
+
+def _params_map(path: str, state: dict[str, Any]) -> dict[str, str]:
+    namespace: dict[str, Any] = {"__file__": path}
+    exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
+    given = namespace.get("PARAMS_MAP")
+    if not isinstance(given, dict):
+        raise Failure("defines no dict PARAMS_MAP", "write PARAMS_MAP = {port leaf path: state_dict name}",
+                      file=path)
+    for port, name in given.items():
+        if name not in state:
+            raise Failure(f"PARAMS_MAP maps {port} to {name!r}, which is not in the torch state_dict",
+                          f"use one of {', '.join(list(state)[:4])}, ...", file=path)
+    return dict(given)
+
+
+def _input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> dict[Any, Any]:
+    """Torch input var -> port input var: mapped weights by name, data inputs in order."""
+    port_by_name = {item.name: item.var for item in port_trace.inputs}
+    mapped = {name: port for port, name in pairs.items()}
+    result = {}
+    torch_data = [i.var for i in torch_trace.inputs if i.kind == "arg"]
+    port_data = [i.var for i in port_trace.inputs if i.name not in pairs]
+    result.update(zip(torch_data, port_data))
+    for item in torch_trace.inputs:
+        if item.kind != "arg" and item.name in mapped and mapped[item.name] in port_by_name:
+            result[item.var] = port_by_name[mapped[item.name]]
+    return result
+
+
+def _outputs_close(torch: Any, alignment: Any) -> bool:
+    outs = set(torch.trace.jaxpr.jaxpr.outvars)
+    return all(pair.close for pair in alignment.pairs if pair.torch_var in outs)
+

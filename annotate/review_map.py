@@ -1,0 +1,171 @@
+"""Map torch `state_dict` tensors onto a hand port's parameter pytree by path similarity."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Words ports and torch models use for the same thing; each group is one token after normalising.
+_SYNONYMS = [
+    {"attn", "attention", "self_attn"},
+    {"mlp", "ffn", "feed_forward", "feedforward"},
+    {"embed", "embedding", "embeddings", "tok_embeddings", "wte"},
+    {"lm_head", "output", "head", "unembed"},
+    {"blocks", "layers", "layer", "h"},
+    {"k", "k_cache", "keys"},
+    {"v", "v_cache", "values"},
+    {"rope", "freqs_cis", "rotary", "rotary_emb"},
+    {"final_norm", "norm", "ln_f"},
+    {"attn_norm", "attention_norm", "input_layernorm", "ln_1"},
+    {"mlp_norm", "ffn_norm", "post_attention_layernorm", "ln_2"},
+]
+_CANON = {word: min(group) for group in _SYNONYMS for word in group}
+_NOISE = {"weight", "kv_cache", "params", "caches", "cache"}
+
+
+@dataclass
+class Mapping:
+    """Port leaf path (`params['blocks'][0]['attn']['wqkv']`) -> torch state_dict name."""
+
+    pairs: dict[str, str] = field(default_factory=dict)
+    unmapped_port: list[str] = field(default_factory=list)
+    unused_torch: list[str] = field(default_factory=list)
+
+
+def tokens(path: str) -> list[str]:
+    """Normalised words of a path: synonyms folded, `weight` and cache wrappers dropped."""
+    words = [w for w in re.split(r"[.\[\]'\"]+", path) if w]
+    return [_CANON.get(w.lower(), w.lower()) for w in words if w.lower() not in _NOISE]
+
+
+def similarity(port: str, torch_name: str) -> float:
+    """How alike two paths are: shared words, with numbers (layer indices) required to agree."""
+    a, b = tokens(port), tokens(torch_name)
+    if [w for w in a if w.isdigit()] != [w for w in b if w.isdigit()]:
+        return 0.0
+    words_a, words_b = {w for w in a if not w.isdigit()}, {w for w in b if not w.isdigit()}
+    if not words_a or not words_b:
+        return 0.0
+    shared = len(words_a & words_b)
+    # The last word (what the leaf is) counts double: `wqkv` must meet `wqkv`.
+    last = 1.0 if a and b and a[-1] == b[-1] else 0.0
+    return (shared + last) / (len(words_a | words_b) + 1)
+
+
+def best_match(port: str, names: list[str], taken: set[str]) -> str | None:
+    scored = [(similarity(port, n), n) for n in names if n not in taken]
+    scored = [s for s in scored if s[0] > 0]
+    return max(scored)[1] if scored else None
+
+
+def assign(port_paths: list[str], state: dict[str, Any]) -> Mapping:
+    """One-to-one: the most alike (port, torch) pairs first."""
+    scores = sorted(
+        ((similarity(p, n), p, n) for p in port_paths for n in state), key=lambda s: -s[0]
+    )
+    mapping = Mapping()
+    taken: set[str] = set()
+    for score, port, name in scores:
+        if score <= 0 or port in mapping.pairs or name in taken:
+            continue
+        mapping.pairs[port] = name
+        taken.add(name)
+    mapping.unmapped_port = [p for p in port_paths if p not in mapping.pairs]
+    mapping.unused_torch = [n for n in state if n not in taken]
+    return mapping
+
+
+class _Probe:
+    """Stands in for a port argument whose structure is unknown: indexing with a string or an
+    int makes a child; any array use resolves the probe to the torch tensor its path names."""
+
+    def __init__(self, path: str, resolve: Callable[[str], Any], length: int) -> None:
+        self._path, self._resolve, self._length = path, resolve, length
+        self._children: dict[Any, _Probe] = {}
+        self._array: Any = None
+
+    def _leaf(self) -> Any:
+        if self._array is None:
+            self._array = self._resolve(self._path)
+        return self._array
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (str, int)) and not isinstance(key, bool) and self._array is None:
+            if key not in self._children:
+                self._children[key] = _Probe(f"{self._path}[{key!r}]", self._resolve, self._length)
+            return self._children[key]
+        return self._leaf()[key]
+
+    def __iter__(self) -> Any:
+        return iter([self[i] for i in range(self._length)])
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._leaf(), name)
+
+    def __jax_array__(self) -> Any:
+        return self._leaf()
+
+    def leaves(self) -> list[str]:
+        if self._array is not None:
+            return [self._path]
+        return [path for child in self._children.values() for path in child.leaves()]
+
+    def build(self, value_of: Callable[[str], Any]) -> Any:
+        """The real pytree: dicts for string keys, lists for int keys, arrays at leaves."""
+        if self._array is not None or not self._children:
+            return value_of(self._path)
+        keys = list(self._children)
+        if all(isinstance(k, int) for k in keys):
+            return [self._children[i].build(value_of) for i in sorted(keys)]
+        return {k: self._children[k].build(value_of) for k in keys}
+
+
+def _binary(name: str) -> Callable[..., Any]:
+    def method(self: _Probe, *args: Any) -> Any:
+        return getattr(self._leaf(), name)(*args)
+
+    return method
+
+
+for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul",
+              "pow", "neg", "lt", "le", "gt", "ge", "and", "or", "invert"):
+    setattr(_Probe, f"__{_name}__", _binary(f"__{_name}__"))
+
+
+def layer_count(names: list[str]) -> int:
+    """The longest run of numbered children in the state_dict (`layers.0` ... `layers.N`)."""
+    counts: dict[str, set[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            if part.isdigit():
+                counts.setdefault(".".join(parts[:i]), set()).add(part)
+    return max((len(v) for v in counts.values()), default=1)
+
+
+def discover(fn: Any, names: list[str], state: dict[str, Any], weight_args: list[str],
+             data_args: tuple) -> tuple[list[_Probe], Mapping]:
+    """Run the port once on probes to learn which leaves of its weight arguments it reads,
+    then map those leaves to torch tensors one-to-one."""
+    import jax
+
+    guesses: dict[str, str] = {}
+
+    def resolve(path: str) -> Any:
+        name = best_match(path, names, set(guesses.values())) or best_match(path, names, set())
+        if name is None:
+            raise LookupError(path)
+        guesses[path] = name
+        return state[name]
+
+    probes = [_Probe(arg, resolve, layer_count(names)) for arg in weight_args]
+    jax.eval_shape(lambda *data: fn(*probes, *data), *data_args)
+    leaves = [path for probe in probes for path in probe.leaves()]
+    return probes, assign(leaves, state)

@@ -1,0 +1,113 @@
+"""The review's report: per torch line the port line and error, the first divergence, what did not line up."""
+
+from __future__ import annotations
+
+import argparse
+import html
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def site_of(side: Any, var: Any) -> Any:
+    index = side.producer.get(var)
+    return side.trace.eqn_sites[index] if index is not None else None
+
+
+def _where(site: Any) -> str:
+    if site is None:
+        return "?"
+    text = " ".join((site.text or "").split())
+    return f"{Path(site.file).name}:{site.line} `{text[:70]}`"
+
+
+def rows(torch: Any, port: Any, alignment: Any) -> dict[int, tuple[set[int], float | None, bool, bool]]:
+    """Torch line -> (port lines, max error, all close, has a counterpart)."""
+    table: dict[int, tuple[set[int], float | None, bool, bool]] = {}
+    for pair in alignment.pairs:
+        site = site_of(torch, pair.torch_var)
+        if site is None:
+            continue
+        lines, err, ok, seen = table.get(site.line, (set(), None, True, False))
+        if pair.port_var is not None:
+            port_site = site_of(port, pair.port_var)
+            if port_site is not None:
+                lines.add(port_site.line)
+            err = max(err or 0.0, pair.error or 0.0)
+            seen = True
+            ok = ok and pair.close
+        table[site.line] = (lines, err, ok, seen)
+    return dict(sorted(table.items()))
+
+
+def _numbers(value: np.ndarray) -> str:
+    flat = value.reshape(-1)[:4]
+    return "[" + ", ".join(f"{x:.6g}" for x in flat) + (", ...]" if value.size > 4 else "]")
+
+
+def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
+         outputs_close: bool) -> str:
+    out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
+           f"rtol {options.rtol:g} atol {options.atol:g}",
+           f"weights: {len(mapping.pairs)} mapped" + (
+               f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
+               if mapping.unused_torch else ""),
+           "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
+    torch_name, port_name = Path(options.file).name, Path(options.port).name
+    for line, (lines, err, ok, seen) in rows(torch, port, alignment).items():
+        where = f"{port_name}:{','.join(str(n) for n in sorted(lines))}" if lines else "-"
+        shown = f"{err:.3g}" if err is not None else "unmatched"
+        mark = "" if not seen else ("  ok" if ok else "  DIFFERS")
+        out.append(f"{torch_name + ':' + str(line):<24}{where:<32}{shown:>10}{mark}")
+    out.append("")
+    first = alignment.first
+    if first is not None:
+        t, p = torch.values[first.torch_var], port.values[first.port_var]
+        out += ["first divergence:",
+                f"  torch {_where(site_of(torch, first.torch_var))}  {t.dtype}{list(t.shape)}  {_numbers(t)}",
+                f"  port  {_where(site_of(port, first.port_var))}  {p.dtype}{list(p.shape)}  {_numbers(p)}",
+                f"  max error {first.error:.3g}", ""]
+    lost = sorted({site_of(port, v).line for v in alignment.unmatched_port if site_of(port, v) is not None})
+    if lost:
+        out.append(f"port lines with values torch never computed: {', '.join(map(str, lost))}")
+    out.append("outputs match" if outputs_close else "outputs DIVERGE")
+    return "\n".join(out) + "\n"
+
+
+_STYLE = """
+body { font: 13px/1.45 ui-monospace, Menlo, Consolas, monospace; margin: 0; }
+header { padding: 10px 16px; border-bottom: 1px solid #d0d7de; font-family: system-ui, sans-serif; }
+.cols { display: flex; } .cols > div { flex: 1; overflow: auto; border-right: 1px solid #d0d7de; }
+.l { white-space: pre; } .n { color: #8c959f; display: inline-block; width: 3.5em; text-align: right; }
+.ok { background: #dafbe1; } .bad { background: #ffebe9; } .first { background: #ff8182; font-weight: bold; }
+.e { color: #8250df; }
+"""
+
+
+def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any) -> str:
+    """Both files side by side: torch lines coloured by whether their values matched, port lines by
+    whether they were paired; the first divergence in red on both sides."""
+    table = rows(torch, port, alignment)
+    first = alignment.first
+    torch_first = site_of(torch, first.torch_var).line if first else None
+    port_first = site_of(port, first.port_var).line if first else None
+    port_ok: dict[int, bool] = {}
+    for lines, _, ok, _ in table.values():
+        for n in lines:
+            port_ok[n] = port_ok.get(n, True) and ok
+    left = []
+    for n, line in enumerate(Path(options.file).read_text(encoding="utf-8").splitlines(), start=1):
+        lines, err, ok, seen = table.get(n, (set(), None, True, False))
+        cls = "first" if n == torch_first else ("ok" if ok else "bad") if seen else ""
+        note = f"  <span class=e>→ {','.join(map(str, sorted(lines)))}  {err:.2g}</span>" if seen else ""
+        left.append(f"<div class='l {cls}'><span class=n>{n}</span> {html.escape(line)}{note}</div>")
+    right = []
+    for n, line in enumerate(Path(options.port).read_text(encoding="utf-8").splitlines(), start=1):
+        cls = "first" if n == port_first else ("ok" if port_ok[n] else "bad") if n in port_ok else ""
+        right.append(f"<div class='l {cls}'><span class=n>{n}</span> {html.escape(line)}</div>")
+    title = f"review: {Path(options.file).name} against {Path(options.port).name}"
+    return ("<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<header><b>{html.escape(title)}</b></header><div class=cols><div>{''.join(left)}</div>"
+            f"<div>{''.join(right)}</div></div></body></html>\n")
