@@ -76,6 +76,8 @@ def test_llama_call_tree_and_parameter_names():
     assert sited >= 0.95 * len(eqns)
     q_names = {trace.origin(v).name for e in eqns for v in e.outvars}
     assert {"q", "k", "v", "h", "out"} <= q_names
+    # Locals bound to lazy torchax views (`x_re = xshaped[..., 0]`) name what the view became.
+    assert {"x_re", "x_im", "cos", "sin"} <= q_names
 
 
 def test_tensor_constructors_without_device_land_on_jax():

@@ -145,7 +145,10 @@ class _Probe:
         self.frame: Any = None
 
     def key(self, value: object) -> Hashable | None:
-        return _internals.var_of(value)
+        """The var of a traced tensor; a lazy torchax view stands for the value it will
+        produce (resolved when the Trace is built)."""
+        var = _internals.var_of(value)
+        return value if var is None and isinstance(value, _internals.TorchaxView) else var
 
     def leaves(self, value: object, path: str = "", depth: int = 0) -> list[tuple[str, Hashable]]:
         var = _internals.var_of(value)
@@ -171,7 +174,9 @@ class _Probe:
 
 
 # Tensor types whose torch functions are all library code; a user subclass may call back.
-_LIBRARY_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, _internals.TorchaxTensor})
+_LIBRARY_TENSORS = frozenset(
+    {torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, _internals.TorchaxTensor, _internals.TorchaxView}
+)
 
 
 class _LibraryCalls(torch.overrides.TorchFunctionMode):
@@ -287,6 +292,7 @@ class _Session:
                 stack.enter_context(env)
                 stack.enter_context(torch.device("jax"))
                 stack.enter_context(reporter.watching(self.module_paths))
+                result["views"] = stack.enter_context(_internals.view_values())
                 stack.enter_context(recorder)
                 out = self.fn(*args, **kwargs)
             result["emitted"] = _internals.emitted_outvars(probe.frame)
@@ -581,6 +587,7 @@ def _plain_tensor_names(frame: FrameType | None, site: Site | None) -> tuple[str
 def _build_trace(session: _Session, closed: Any, recorder: Recorder, result: dict[str, Any]) -> Trace:
     jaxpr = closed.jaxpr
     sources = SourceIndex()
+    views = result.get("views", {})
     emitted_index: dict[Any, int] = {}
     for index, outvars in enumerate(result["emitted"]):
         for var in outvars or ():
@@ -608,7 +615,7 @@ def _build_trace(session: _Session, closed: Any, recorder: Recorder, result: dic
             module_type=type(receiver).__name__ if is_module else None,
             args=list(record.args),
             returned=list(record.returned),
-            bindings=list(record.bindings),
+            bindings=_resolved(record.bindings, views),
             children=[to_call(child) for child in record.children],
             call_site=sources.site(*record.caller) if record.caller else None,
             raised=record.raised,
@@ -648,6 +655,19 @@ def _build_trace(session: _Session, closed: Any, recorder: Recorder, result: dic
         static_outputs=result["static"], state=state, root=root, origins=origins,
         eqn_sites=sites, eqn_calls=eqn_calls, entry=session.entry_name,
     )
+
+
+def _resolved(
+    bindings: list[tuple[str, int, Any]], views: dict[int, tuple[object, Any]]
+) -> list[tuple[str, int, Any]]:
+    """Bindings with each torchax view replaced by the var it materialized to (dropped if unused)."""
+    out = []
+    for name, line, key in bindings:
+        if isinstance(key, _internals.TorchaxView):
+            key = views.get(id(key), (None, None))[1]
+        if key is not None:
+            out.append((name, line, key))
+    return out
 
 
 def _entry_code(fn: Any) -> CodeType | None:

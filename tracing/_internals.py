@@ -19,8 +19,9 @@ fails loudly when a new JAX or torchax moves one of them.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -33,6 +34,7 @@ from tracing._compat import import_torchax
 torchax = import_torchax()
 from torchax.ops import mappings as _mappings  # noqa: E402  (needs the import above first)
 from torchax.tensor import Tensor as TorchaxTensor  # noqa: E402
+from torchax.view import View as TorchaxView  # noqa: E402
 
 Var = jax_core.Var
 
@@ -139,3 +141,29 @@ def to_jax_dtype(dtype: Any) -> Any:
 def to_jax_array(tensor: Any) -> jax.Array:
     """A CPU torch tensor's value as a JAX array (bfloat16 included)."""
     return _mappings.t2j(tensor.detach(), use_dlpack=False)
+
+
+@contextlib.contextmanager
+def view_values() -> Iterator[dict[int, tuple[object, Var]]]:
+    """While active, note the var each torchax view first materializes to.
+
+    torchax keeps a slice such as ``x[..., 0]`` as a lazy ``View`` and computes it where it is
+    used, so the local bound to it holds no value yet; this maps ``id(view)`` to the view and
+    the var its first use produced (``View.jax`` computes it, in torchax 0.0.13).
+    """
+    first: dict[int, tuple[object, Var]] = {}
+    original = TorchaxView.jax
+
+    def jax_and_remember(view: TorchaxView) -> Any:
+        value = original(view)
+        if id(view) not in first:
+            var = var_of(value)
+            if var is not None:
+                first[id(view)] = (view, var)
+        return value
+
+    TorchaxView.jax = jax_and_remember
+    try:
+        yield first
+    finally:
+        TorchaxView.jax = original
