@@ -21,6 +21,7 @@ demo: setup
 	$(VENV)/bin/annotate samples/llama_model.py
 
 test: setup test-frames browser
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Debian's Chromium renders the HTML view in a test; installed when we may (root with apt).
@@ -40,7 +41,7 @@ test-frames:
 	done
 
 lint: setup
-	$(VENV)/bin/ruff check annotate tracing render tests benchmarks samples
+	$(VENV)/bin/ruff check .
 
 bench: setup
 	$(PY) -m benchmarks

@@ -1,7 +1,7 @@
 """Each jaxpr equation as a JAX expression: an idiomatic form where one is exact, else the `jax.lax` call.
 
 `render_eqn(eqn, args, emitter)` returns one `ast.expr` whose value is the equation's output
-(a tuple of outputs when it has several).  `args` are the expressions for its operands,
+(a sequence of outputs, tuple or list, when it has several).  `args` are the expressions for its operands,
 already named by the caller; operands that are jaxpr literals are rendered here from the
 literal itself, so their dtype survives.  Rules live in `RULES`, keyed by primitive name; an
 equation without one becomes ``jax.extend.core.primitives.<name>_p.bind(*args, **params)``.
@@ -149,6 +149,14 @@ def atom_expr(var: Any, emitter: Emitter | None = None) -> ast.expr:
     return call(dtype_expr(dtype), [number])
 
 
+def typed_literal(var: Any) -> ast.expr:
+    """A scalar literal wrapped in its dtype even when weakly typed: `jnp.float32(2.0)`."""
+    dtype = np.dtype(var.aval.dtype)
+    if dtype == np.bool_:
+        return call("jnp.bool_", [ast.Constant(bool(var.val))])
+    return call(dtype_expr(dtype), [scalar(var.val, dtype)])
+
+
 def scalar(value: Any, dtype: Any) -> ast.expr:
     """A Python number that converts back to exactly `value` in `dtype`: `0.1`, not `0.10000000149011612`."""
     dtype = np.dtype(dtype)
@@ -163,11 +171,6 @@ def scalar(value: Any, dtype: Any) -> ast.expr:
         if np.array(short).astype(dtype).tobytes() == np.array(value, dtype).tobytes():
             as_float = short
     return _number(as_float)
-
-
-def operands(eqn: Any, args: list[ast.expr]) -> list[ast.expr]:
-    """The operand expressions, literals in their exact (typed where needed) form."""
-    return list(args)
 
 
 def loose(eqn: Any, args: list[ast.expr], i: int) -> ast.expr:
@@ -186,11 +189,26 @@ def loose(eqn: Any, args: list[ast.expr], i: int) -> ast.expr:
     return args[i]
 
 
-def _promotes_to_itself(eqn: Any) -> bool:
-    """Whether `jnp` type promotion leaves the operands alone: at least one is traced, and the
-    traced ones share one dtype and one weak type (else `jnp` inserts a `convert_element_type`)."""
-    traced = {(_dtype(v), v.aval.weak_type) for v in eqn.invars if _is_traced(v)}
-    return len(traced) == 1
+def _promotes_to_itself(eqn: Any, args: Sequence[ast.expr] | None = None) -> bool:
+    """Whether `jnp` type promotion, given these operand expressions, leaves the operands alone.
+
+    All share one dtype, at least one is traced, and each traced one already has the result's
+    weak type (weak only if every operand is: a bare Python number is, a `jnp.float32(2.0)` is
+    not).  Otherwise `jnp` converts a traced operand, an equation the original does not have.
+    """
+    traced = [v for v in eqn.invars if _is_traced(v)]
+    if not traced or len({_dtype(v) for v in eqn.invars}) != 1:
+        return False
+    args = args if args is not None else [ast.Name("_", ast.Load())] * len(eqn.invars)
+    weak = all(v.aval.weak_type if _is_traced(v) else _is_python_number(a) for v, a in zip(eqn.invars, args))
+    return all(v.aval.weak_type == weak for v in traced)
+
+
+def _is_python_number(node: ast.expr) -> bool:
+    """`2.0`, `-1`, `jnp.inf`, `-jnp.inf`: source that is a Python scalar (so weakly typed)."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) or (isinstance(node, ast.Attribute) and node.attr in ("inf", "nan"))
 
 
 def _is_traced(var: Any) -> bool:
@@ -298,12 +316,13 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     name = eqn.primitive.name
     a, b = eqn.invars
     params = {k: v for k, v in eqn.params.items() if v is not None}
-    if params or not _promotes_to_itself(eqn) or not _operator_exact(name, eqn):
+    left, right = loose(eqn, args, 0), loose(eqn, args, 1)
+    if name in _COMPARISONS and isinstance(a, Literal):
+        # A Python number on the left flips the comparison (`2.0 < x` runs `x > 2.0`): type it.
+        left = typed_literal(a)
+    if params or not _promotes_to_itself(eqn, [left, right]) or not _operator_exact(name, eqn):
         keywords = [kw(k, v, emitter) for k, v in params.items()]
         return call(f"lax.{_LAX_BINARY[name]}", args, keywords)
-    # A bare Python number on the left of a comparison would flip it (`2.0 < x` is `x > 2.0`).
-    left = args[0] if name in _COMPARISONS else loose(eqn, args, 0)
-    left, right = left, loose(eqn, args, 1)
     if name in _COMPARISONS:
         return ast.Compare(left, [_COMPARISONS[name]], [right])
     return ast.BinOp(left, _OPERATORS[name], right)
@@ -324,8 +343,9 @@ def _operator_exact(name: str, eqn: Any) -> bool:
 @rule("max", "min")
 def _max_min(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     name = {"max": "jnp.maximum", "min": "jnp.minimum"}[eqn.primitive.name]
-    if _promotes_to_itself(eqn) and _dtype(eqn.invars[0]) != np.bool_:
-        return call(name, [loose(eqn, args, 0), loose(eqn, args, 1)])
+    operands_ = [loose(eqn, args, 0), loose(eqn, args, 1)]
+    if _promotes_to_itself(eqn, operands_) and _dtype(eqn.invars[0]) != np.bool_:
+        return call(name, operands_)
     return call(f"lax.{eqn.primitive.name}", args)
 
 
@@ -384,6 +404,8 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
     if params.get("sharding") is not None or len(eqn.invars) != 1:
         return exact(eqn, args, emitter)
     in_shape = tuple(x.aval.shape)
+    if isinstance(x, Literal) and not x.aval.weak_type and not dims:
+        return _full(shape, x)
     if _is_traced(x) and in_shape == shape and dims == tuple(range(len(shape))):
         return args[0]  # jax binds nothing for an identity broadcast
     if _is_traced(x) and in_shape and len(shape) > len(in_shape) and all(
@@ -395,6 +417,18 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
     ):
         return call("jnp.broadcast_to", [args[0], literal(shape)])
     return call("lax.broadcast_in_dim", [args[0], literal(shape), literal(dims)])
+
+
+def _full(shape: tuple[int, ...], value: Any) -> ast.expr:
+    """`jnp.zeros(shape, dtype)`, `jnp.ones(...)` or `jnp.full(shape, value, dtype)` for a typed scalar."""
+    dtype = np.dtype(value.aval.dtype)
+    number = np.asarray(value.val, dtype)
+    if dtype != np.bool_ and number == 0 and not np.signbit(number):
+        return call("jnp.zeros", [literal(shape), dtype_expr(dtype)])
+    if dtype != np.bool_ and number == 1:
+        return call("jnp.ones", [literal(shape), dtype_expr(dtype)])
+    fill = ast.Constant(bool(number)) if dtype == np.bool_ else scalar(number, dtype)
+    return call("jnp.full", [literal(shape), fill, dtype_expr(dtype)])
 
 
 def _new_axes(x: ast.expr, shape: tuple[int, ...], dims: tuple[int, ...]) -> ast.expr:
@@ -431,11 +465,6 @@ def _squeeze(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     return call("jnp.squeeze", [args[0]], [ast.keyword("axis", axis)])
 
 
-@rule("expand_dims")
-def _expand_dims(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    return call("lax.expand_dims", [args[0], literal(tuple(eqn.params["dimensions"]))])
-
-
 @rule("transpose")
 def _transpose(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     perm = tuple(eqn.params["permutation"])
@@ -467,7 +496,8 @@ def _concatenate(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 @rule("split")
 def _split(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    parts = call("lax.split", [args[0], literal(tuple(eqn.params["sizes"]))], [kw("axis", eqn.params["axis"])])
+    sizes = literal(tuple(eqn.params["sizes"]))
+    parts = call("lax.split", [args[0], sizes], [kw("axis", eqn.params["axis"])])
     if len(eqn.outvars) == 1:
         return ast.Subscript(parts, ast.Constant(0), ast.Load())
     return parts
@@ -545,7 +575,8 @@ def _dynamic_slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr
 @rule("dynamic_update_slice")
 def _dynamic_update_slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     indices = ast.Tuple(list(args[2:]), ast.Load())
-    return call("lax.dynamic_update_slice", [args[0], args[1], indices], [kw("allow_negative_indices", False)])
+    keywords = [kw("allow_negative_indices", False)]
+    return call("lax.dynamic_update_slice", [args[0], args[1], indices], keywords)
 
 
 @rule("gather")
@@ -554,12 +585,16 @@ def _gather(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     keywords = [
         kw("dimension_numbers", p["dimension_numbers"], emitter),
         kw("slice_sizes", tuple(p["slice_sizes"])),
-        kw("indices_are_sorted", p["indices_are_sorted"]),
-        kw("unique_indices", p["unique_indices"]),
+        *_non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
         kw("mode", p["mode"], emitter),
-        kw("fill_value", p["fill_value"]),
+        *_non_default(p, {"fill_value": None}),
     ]
     return call("lax.gather", args, keywords)
+
+
+def _non_default(params: dict[str, Any], defaults: dict[str, Any]) -> list[ast.keyword]:
+    """Keywords for the params that differ from the function's defaults."""
+    return [kw(k, params[k]) for k, default in defaults.items() if params[k] != default]
 
 
 _SCATTERS = {
@@ -574,8 +609,7 @@ _SCATTERS = {
 def _scatter(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     p = eqn.params
     keywords = [
-        kw("indices_are_sorted", p["indices_are_sorted"]),
-        kw("unique_indices", p["unique_indices"]),
+        *_non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
         kw("mode", p["mode"], emitter),
     ]
     fn = f"lax.{_SCATTERS[eqn.primitive.name]}"
@@ -640,7 +674,7 @@ def _reduce_window_monoid(eqn: Any, args: list[ast.expr], emitter: Emitter) -> a
     name = eqn.primitive.name
     dtype = _dtype(eqn.invars[0])
     init, computation = _monoid(name.removeprefix("reduce_window_"), dtype)
-    return call("lax.reduce_window", [args[0], init, dotted(computation), *_window_args(eqn.params)])
+    return call("lax.reduce_window", [args[0], init, dotted(computation)], _window_args(eqn.params))
 
 
 def _monoid(kind: str, dtype: np.dtype) -> tuple[ast.expr, str]:
@@ -660,14 +694,17 @@ def _monoid(kind: str, dtype: np.dtype) -> tuple[ast.expr, str]:
     return _number(int(info.min if kind == "max" else info.max)), f"lax.{kind}"
 
 
-def _window_args(params: dict[str, Any]) -> list[ast.expr]:
-    return [
-        literal(tuple(params["window_dimensions"])),
-        literal(tuple(params["window_strides"])),
-        literal(tuple(tuple(p) for p in params["padding"])),
-        literal(tuple(params["base_dilation"])),
-        literal(tuple(params["window_dilation"])),
-    ]
+def _window_args(params: dict[str, Any]) -> list[ast.keyword]:
+    """`lax.reduce_window`'s window keywords, leaving out those at their defaults."""
+    dims = tuple(params["window_dimensions"])
+    ones, no_padding = (1,) * len(dims), ((0, 0),) * len(dims)
+    keywords = [kw("window_dimensions", dims)]
+    for key, default in (("window_strides", ones), ("padding", no_padding), ("base_dilation", ones),
+                         ("window_dilation", ones)):
+        value = tuple(tuple(p) for p in params[key]) if key == "padding" else tuple(params[key])
+        if value != default:
+            keywords.append(kw(key, value))
+    return keywords
 
 
 @rule("reduce_window")
@@ -676,13 +713,12 @@ def _reduce_window(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr
     n = len(args) // 2
     body = emitter.function(ClosedJaxpr(p["jaxpr"], p["consts"]), "window_reducer")
     if n == 1:
-        return call("lax.reduce_window", [args[0], args[1], body, *_window_args(p)])
+        return call("lax.reduce_window", [args[0], args[1], body], _window_args(p))
     left = [ast.Subscript(ast.Name("a", ast.Load()), ast.Constant(i), ast.Load()) for i in range(n)]
     right = [ast.Subscript(ast.Name("b", ast.Load()), ast.Constant(i), ast.Load()) for i in range(n)]
     reducer = ast.Lambda(_lambda_args(["a", "b"]), call(body, left + right))
-    return call("lax.reduce_window", [
-        ast.Tuple(list(args[:n]), ast.Load()), ast.Tuple(list(args[n:]), ast.Load()), reducer, *_window_args(p)
-    ])
+    operands_, inits = ast.Tuple(list(args[:n]), ast.Load()), ast.Tuple(list(args[n:]), ast.Load())
+    return call("lax.reduce_window", [operands_, inits, reducer], _window_args(p))
 
 
 def _lambda_args(names: list[str]) -> ast.arguments:
@@ -751,18 +787,18 @@ def _is_matmul(shape_a: Sequence[int], shape_b: Sequence[int], ca: Sequence[int]
 @rule("conv_general_dilated")
 def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     p = eqn.params
+    ones = (1,) * len(p["window_strides"])
     keywords = [
         kw("window_strides", tuple(p["window_strides"])),
         kw("padding", tuple(tuple(x) for x in p["padding"])),
-        kw("lhs_dilation", tuple(p["lhs_dilation"])),
-        kw("rhs_dilation", tuple(p["rhs_dilation"])),
+        *[kw(k, tuple(p[k])) for k in ("lhs_dilation", "rhs_dilation") if tuple(p[k]) != ones],
         kw("dimension_numbers", p["dimension_numbers"], emitter),
-        kw("feature_group_count", p["feature_group_count"]),
-        kw("batch_group_count", p["batch_group_count"]),
+        *_non_default(p, {"feature_group_count": 1, "batch_group_count": 1}),
     ]
     if p["precision"] is not None:
         keywords.append(kw("precision", p["precision"], emitter))
-    keywords.append(kw("preferred_element_type", p["preferred_element_type"]))
+    if p["preferred_element_type"] is not None:
+        keywords.append(kw("preferred_element_type", p["preferred_element_type"]))
     if p.get("out_sharding") is not None:
         return exact(eqn, args, emitter)
     return call("lax.conv_general_dilated", args, keywords)
@@ -876,20 +912,13 @@ def _while(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 _CARRY = ast.Name("carry_", ast.Load())
 
 
-@rule("custom_jvp_call")
-def _custom_jvp_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+@rule("custom_jvp_call", "custom_vjp_call")
+def _custom_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     known = _known_call(eqn, args)
     if known is not None:
         return known
-    # Forward-exact: the body runs as is; the custom derivative rule is not reproduced.
-    outs = emitter.inline(eqn.params["call_jaxpr"], args, "custom_jvp")
-    return outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load())
-
-
-@rule("custom_vjp_call", "custom_vjp_call_jaxpr")
-def _custom_vjp_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    body = eqn.params.get("call_jaxpr", eqn.params.get("fun_jaxpr"))
-    outs = emitter.inline(body, args, "custom_vjp")
+    # Last resort, exact forward only: the body runs as is, its derivative rule is lost.
+    outs = emitter.inline(eqn.params["call_jaxpr"], args, eqn.primitive.name)
     return outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load())
 
 
@@ -922,29 +951,39 @@ _KNOWN_CALLS: dict[str, str] = {
 }
 
 
-def _keyword_variants(eqn: Any) -> list[dict[str, Any]]:
-    """Keyword arguments to try for the call behind `eqn`: read from its body where they show."""
+# A way to call a known function: the names of trailing operands passed by keyword, and
+# static keyword arguments (that the equation's operands do not show).
+Variant = tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]
+
+
+def _variants(eqn: Any) -> list[Variant]:
+    """How to try calling the function behind `eqn`: static arguments read from its body where
+    they show, a few common values where they do not."""
     name = _call_name(eqn)
     body = eqn.params.get("jaxpr")
     if name == "fft" and body is not None and len(body.jaxpr.eqns) == 1:
         inner = body.jaxpr.eqns[0].params
-        return [{"fft_type": inner["fft_type"], "fft_lengths": tuple(inner["fft_lengths"])}]
+        return [((), (("fft_type", inner["fft_type"]), ("fft_lengths", tuple(inner["fft_lengths"]))))]
     if name in ("diagonal", "_diag", "trace"):
         key = "k" if name == "_diag" else "offset"
-        return [{}] + [{key: k} for k in (1, -1, 2, -2)]
+        return [((), ())] + [((), ((key, k),)) for k in (1, -1, 2, -2)]
     if name in ("tril", "triu"):
-        return [{}] + [{"k": k} for k in (1, -1, 2, -2)]
-    return [{}]
+        return [((), ())] + [((), (("k", k),)) for k in (1, -1, 2, -2)]
+    if name == "clip":  # torch.clamp(x, max=m) is jnp.clip(x, max=m): the bound is no `min`
+        return [((), ()), (("max",), ())]
+    return [((), ())]
 
 
 def _known_call(eqn: Any, args: list[ast.expr]) -> ast.expr | None:
     """`jnp.where(c, x, y)` for an equation that is exactly that call's `jit` (or custom_jvp)."""
     signature = _atom_signature(eqn.invars)
     for path in _call_candidates(eqn):
-        for keywords in _keyword_variants(eqn):
-            staged = _stage_call(path, signature, tuple(sorted(keywords.items())))
+        for names, static in _variants(eqn):
+            staged = _stage_call(path, signature, names, static)
             if staged is not None and same_eqn(staged, eqn):
-                return call(path, args, [kw(k, v) for k, v in keywords.items()])
+                split = len(args) - len(names)
+                keywords = [ast.keyword(n, a) for n, a in zip(names, args[split:])]
+                return call(path, args[:split], keywords + [kw(k, v) for k, v in static])
     return None
 
 
@@ -1034,16 +1073,17 @@ def _resolve(path: str) -> Any:
 def _atom_signature(invars: Sequence[Any]) -> tuple:
     """Hashable operand description: avals for traced operands, the value for literals."""
     return tuple(
-        ("literal", np.dtype(v.aval.dtype).name, v.aval.weak_type, np.asarray(v.val).item() if np.ndim(v.val) == 0
-         else None) if isinstance(v, Literal)
+        ("literal", np.dtype(v.aval.dtype).name, v.aval.weak_type,
+         np.asarray(v.val).item() if np.ndim(v.val) == 0 else None) if isinstance(v, Literal)
         else ("var", tuple(v.aval.shape), str(v.aval.dtype), v.aval.weak_type)
         for v in invars
     )
 
 
 @functools.lru_cache(maxsize=1024)
-def _stage_call(path: str, signature: tuple, keywords: tuple = ()) -> Any:
-    """The jaxpr of `path(*operands, **keywords)` for operands like these, if it is one equation."""
+def _stage_call(path: str, signature: tuple, names: tuple[str, ...] = (), static: tuple = ()) -> Any:
+    """The jaxpr `path(*operands, **static)` stages (the last operands passed as `names`) for
+    operands like these, if it is one equation."""
     fn = _resolve(path)
     traced = [s for s in signature if s[0] == "var"]
     structs = [jax.ShapeDtypeStruct(s[1], s[2], weak_type=s[3]) for s in traced]
@@ -1051,7 +1091,8 @@ def _stage_call(path: str, signature: tuple, keywords: tuple = ()) -> Any:
     def staged(*values: Any) -> Any:
         it = iter(values)
         operands_ = [next(it) if s[0] == "var" else _literal_value(s) for s in signature]
-        return fn(*operands_, **dict(keywords))
+        split = len(operands_) - len(names)
+        return fn(*operands_[:split], **dict(zip(names, operands_[split:])), **dict(static))
 
     try:
         closed = jax.make_jaxpr(staged)(*structs)
@@ -1090,18 +1131,22 @@ def same_eqn(staged: Any, eqn: Any) -> bool:
 
 
 def _same_literal(a: Any, b: Any) -> bool:
-    return a.aval.dtype == b.aval.dtype and np.array_equal(np.asarray(a.val), np.asarray(b.val), equal_nan=True)
+    values = np.asarray(a.val), np.asarray(b.val)
+    return a.aval.dtype == b.aval.dtype and np.array_equal(*values, equal_nan=True)
+
+
+# Params of custom_jvp_call / custom_vjp_call holding the derivative rule: per-trace thunks that
+# compare unequal across traces.  The function they belong to is identified by where it is
+# defined, which `call_jaxpr`'s debug info records.
+_RULE_PARAMS = frozenset({"jvp_jaxpr_fun", "fwd_jaxpr_thunk", "bwd", "out_trees"})
 
 
 def _same_params(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if set(a) != set(b):
         return False
-    if "jvp_jaxpr_fun" in a:
-        # A custom_jvp's rule is a per-trace thunk that compares unequal; the function it
-        # belongs to is identified by where it is defined.
-        if _function_source(a["call_jaxpr"]) != _function_source(b["call_jaxpr"]):
-            return False
-    return all(k in ("name", "jvp_jaxpr_fun") or same_value(a[k], b[k]) for k in a)
+    if _RULE_PARAMS & set(a) and _function_source(a["call_jaxpr"]) != _function_source(b["call_jaxpr"]):
+        return False
+    return all(k == "name" or k in _RULE_PARAMS or same_value(a[k], b[k]) for k in a)
 
 
 def same_value(a: Any, b: Any) -> bool:

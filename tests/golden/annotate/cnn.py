@@ -24,14 +24,9 @@ class SmallCNN(nn.Module):
         #         params["conv1"]["weight"],
         #         window_strides=(1, 1),
         #         padding=((1, 1), (1, 1)),
-        #         lhs_dilation=(1, 1),
-        #         rhs_dilation=(1, 1),
         #         dimension_numbers=jax.lax.ConvDimensionNumbers(
         #             lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
         #         ),
-        #         feature_group_count=1,
-        #         batch_group_count=1,
-        #         preferred_element_type=None,
         #     )
         #     + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
         # )
@@ -45,11 +40,8 @@ class SmallCNN(nn.Module):
         #     jax.nn.relu(bn1),
         #     -jnp.inf,
         #     lax.max,
-        #     (1, 1, 2, 2),
-        #     (1, 1, 2, 2),
-        #     ((0, 0), (0, 0), (0, 0), (0, 0)),
-        #     (1, 1, 1, 1),
-        #     (1, 1, 1, 1),
+        #     window_dimensions=(1, 1, 2, 2),
+        #     window_strides=(1, 1, 2, 2),
         # )
         x = self.pool(F.relu(self.bn2(self.conv2(x))))
         # conv2_x = (
@@ -58,14 +50,9 @@ class SmallCNN(nn.Module):
         #         params["conv2"]["weight"],
         #         window_strides=(1, 1),
         #         padding=((1, 1), (1, 1)),
-        #         lhs_dilation=(1, 1),
-        #         rhs_dilation=(1, 1),
         #         dimension_numbers=jax.lax.ConvDimensionNumbers(
         #             lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
         #         ),
-        #         feature_group_count=1,
-        #         batch_group_count=1,
-        #         preferred_element_type=None,
         #     )
         #     + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
         # )
@@ -79,11 +66,8 @@ class SmallCNN(nn.Module):
         #     jax.nn.relu(bn2),
         #     -jnp.inf,
         #     lax.max,
-        #     (1, 1, 2, 2),
-        #     (1, 1, 2, 2),
-        #     ((0, 0), (0, 0), (0, 0), (0, 0)),
-        #     (1, 1, 1, 1),
-        #     (1, 1, 1, 1),
+        #     window_dimensions=(1, 1, 2, 2),
+        #     window_strides=(1, 1, 2, 2),
         # )
         features = self.global_pool(x).flatten(1)
         # features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))

@@ -74,8 +74,6 @@ class KVCache(nn.Module):
         #         operand_batching_dims=(),
         #         scatter_indices_batching_dims=(),
         #     ),
-        #     indices_are_sorted=False,
-        #     unique_indices=False,
         #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
         # )
         v_out[:, :, input_pos] = v_val
@@ -90,8 +88,6 @@ class KVCache(nn.Module):
         #         operand_batching_dims=(),
         #         scatter_indices_batching_dims=(),
         #     ),
-        #     indices_are_sorted=False,
-        #     unique_indices=False,
         #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
         # )  ×2
         return k_out, v_out  # return ((k_out, v_out), {"k_cache": k_out, "v_cache": v_out})  ×2
@@ -135,10 +131,7 @@ class Transformer(nn.Module):
         #         start_indices_batching_dims=(),
         #     ),
         #     slice_sizes=(1, 8, 2),
-        #     indices_are_sorted=False,
-        #     unique_indices=False,
         #     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-        #     fill_value=None,
         # )
         mask = self.causal_mask[None, None, input_pos]
         # mask = lax.gather(
@@ -152,10 +145,7 @@ class Transformer(nn.Module):
         #         start_indices_batching_dims=(),
         #     ),
         #     slice_sizes=(1, 64),
-        #     indices_are_sorted=False,
-        #     unique_indices=False,
         #     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-        #     fill_value=None,
         # )[None, None]
         x = self.tok_embeddings(idx)  # x = jax.jit(_take)(params["tok_embeddings"]["weight"], idx)
         for layer in self.layers:
@@ -267,9 +257,7 @@ class Attention(nn.Module):
         #         (1, 4, 8, 64),
         #     )
         #     * 0.25
-        #     + jnp.where(
-        #         ~mask, -jnp.inf, lax.broadcast_in_dim(jnp.float32(0.0), (8, 64), ())
-        #     ) * 1.0
+        #     + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)) * 1.0
         # )  ×2
         # sdpa_1 = jnp.exp(
         #     sdpa - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(sdpa, axis=3))[..., None])
@@ -351,21 +339,15 @@ def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
     # pairs = jnp.reshape(x, (1, 8, x.shape[2], 8, 2))  ×4
     x_re, x_im = pairs[..., 0], pairs[..., 1]
-    # pairs_0 = jnp.squeeze(pairs[:, :, :, :, :1], axis=4)  ×4
-    # pairs_1 = jnp.squeeze(pairs[:, :, :, :, 1:], axis=4)
-    cos = freqs_cis[:, None, :, 0]
-    # freqs_cis_0 = jnp.squeeze(freqs_cis[:, :, :1], axis=2)[:, None]  ×4
-    sin = freqs_cis[:, None, :, 1]
-    # freqs_cis_1 = jnp.squeeze(freqs_cis[:, :, 1:], axis=2)[:, None]  ×4
+    # x_re = jnp.squeeze(pairs[:, :, :, :, :1], axis=4)  ×4
+    # x_im = jnp.squeeze(pairs[:, :, :, :, 1:], axis=4)
+    cos = freqs_cis[:, None, :, 0]  # cos = jnp.squeeze(freqs_cis[:, :, :1], axis=2)[:, None]  ×4
+    sin = freqs_cis[:, None, :, 1]  # sin = jnp.squeeze(freqs_cis[:, :, 1:], axis=2)[:, None]  ×4
     rotated = torch.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], dim=-1)
-    # freqs_cis_2 = freqs_cis_0[None]  ×4
-    # freqs_cis_3 = freqs_cis_1[None]
+    # cos_1 = cos[None]  ×4
+    # sin_1 = sin[None]
     # rotated = lax.stack(
-    #     [
-    #         pairs_0 * freqs_cis_2 - pairs_1 * freqs_cis_3 * 1.0,
-    #         pairs_1 * freqs_cis_2 + pairs_0 * freqs_cis_3 * 1.0,
-    #     ],
-    #     axis=4,
+    #     [x_re * cos_1 - x_im * sin_1 * 1.0, x_im * cos_1 + x_re * sin_1 * 1.0], axis=4
     # )
     return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], 16))  ×4
 

@@ -69,7 +69,7 @@ class MoE(nn.Module):
         #     jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1)
         # )
         # weights = lax.scatter(
-        #     lax.broadcast_in_dim(jnp.float32(0.0), (12, 4), ()),
+        #     jnp.zeros((12, 4), jnp.float32),
         #     jnp.concatenate(
         #         [
         #             lax.select(scatter < 0, scatter + 12, scatter)[..., None],
@@ -85,8 +85,6 @@ class MoE(nn.Module):
         #         operand_batching_dims=(),
         #         scatter_indices_batching_dims=(),
         #     ),
-        #     indices_are_sorted=False,
-        #     unique_indices=False,
         #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
         # )
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)

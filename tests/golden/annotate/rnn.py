@@ -32,8 +32,7 @@ class SequenceModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
         """x: (batch, time, input_size) -> (batch, time, output_size)."""
-        h = x.new_zeros(x.shape[0], self.hidden_size)
-        # h = lax.broadcast_in_dim(jnp.float32(0.0), (2, 32), ())
+        h = x.new_zeros(x.shape[0], self.hidden_size)  # h = jnp.zeros((2, 32), jnp.float32)
         outputs = []
         for t in range(x.shape[1]):
             h = self.cell(x[:, t], h)

@@ -28,14 +28,9 @@ def forward(params, x):
             params["conv1"]["weight"],
             window_strides=(1, 1),
             padding=((1, 1), (1, 1)),
-            lhs_dilation=(1, 1),
-            rhs_dilation=(1, 1),
             dimension_numbers=jax.lax.ConvDimensionNumbers(
                 lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
             ),
-            feature_group_count=1,
-            batch_group_count=1,
-            preferred_element_type=None,
         )
         + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
     )
@@ -49,11 +44,8 @@ def forward(params, x):
         jax.nn.relu(bn1),
         -jnp.inf,
         lax.max,
-        (1, 1, 2, 2),
-        (1, 1, 2, 2),
-        ((0, 0), (0, 0), (0, 0), (0, 0)),
-        (1, 1, 1, 1),
-        (1, 1, 1, 1),
+        window_dimensions=(1, 1, 2, 2),
+        window_strides=(1, 1, 2, 2),
     )
     conv2_x = (
         lax.conv_general_dilated(
@@ -61,14 +53,9 @@ def forward(params, x):
             params["conv2"]["weight"],
             window_strides=(1, 1),
             padding=((1, 1), (1, 1)),
-            lhs_dilation=(1, 1),
-            rhs_dilation=(1, 1),
             dimension_numbers=jax.lax.ConvDimensionNumbers(
                 lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
             ),
-            feature_group_count=1,
-            batch_group_count=1,
-            preferred_element_type=None,
         )
         + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
     )
@@ -82,11 +69,8 @@ def forward(params, x):
         jax.nn.relu(bn2),
         -jnp.inf,
         lax.max,
-        (1, 1, 2, 2),
-        (1, 1, 2, 2),
-        ((0, 0), (0, 0), (0, 0), (0, 0)),
-        (1, 1, 1, 1),
-        (1, 1, 1, 1),
+        window_dimensions=(1, 1, 2, 2),
+        window_strides=(1, 1, 2, 2),
     )
     features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))
     return lax.dot_general(

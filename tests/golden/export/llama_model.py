@@ -46,10 +46,7 @@ def forward(params, state, idx, input_pos):
             start_indices_batching_dims=(),
         ),
         slice_sizes=(1, 8, 2),
-        indices_are_sorted=False,
-        unique_indices=False,
         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-        fill_value=None,
     )
     mask = lax.gather(
         params["causal_mask"],
@@ -62,10 +59,7 @@ def forward(params, state, idx, input_pos):
             start_indices_batching_dims=(),
         ),
         slice_sizes=(1, 64),
-        indices_are_sorted=False,
-        unique_indices=False,
         mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-        fill_value=None,
     )[None, None]
     x = jax.jit(_take)(params["tok_embeddings"]["weight"], idx)
     new_layer_states = []
@@ -152,7 +146,7 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
             (1, 4, 8, 64),
         )
         * 0.25
-        + jnp.where(~mask, -jnp.inf, lax.broadcast_in_dim(jnp.float32(0.0), (8, 64), ())) * 1.0
+        + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)) * 1.0
     )
     sdpa_1 = jnp.exp(
         sdpa - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(sdpa, axis=3))[..., None])
@@ -178,18 +172,14 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
 def apply_rotary_emb(x, freqs_cis):
     """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
     pairs = jnp.reshape(x, (1, 8, x.shape[2], 8, 2))
-    pairs_0 = jnp.squeeze(pairs[:, :, :, :, :1], axis=4)
-    pairs_1 = jnp.squeeze(pairs[:, :, :, :, 1:], axis=4)
-    freqs_cis_0 = jnp.squeeze(freqs_cis[:, :, :1], axis=2)[:, None]
-    freqs_cis_1 = jnp.squeeze(freqs_cis[:, :, 1:], axis=2)[:, None]
-    freqs_cis_2 = freqs_cis_0[None]
-    freqs_cis_3 = freqs_cis_1[None]
+    x_re = jnp.squeeze(pairs[:, :, :, :, :1], axis=4)
+    x_im = jnp.squeeze(pairs[:, :, :, :, 1:], axis=4)
+    cos = jnp.squeeze(freqs_cis[:, :, :1], axis=2)[:, None]
+    sin = jnp.squeeze(freqs_cis[:, :, 1:], axis=2)[:, None]
+    cos_1 = cos[None]
+    sin_1 = sin[None]
     rotated = lax.stack(
-        [
-            pairs_0 * freqs_cis_2 - pairs_1 * freqs_cis_3 * 1.0,
-            pairs_1 * freqs_cis_2 + pairs_0 * freqs_cis_3 * 1.0,
-        ],
-        axis=4,
+        [x_re * cos_1 - x_im * sin_1 * 1.0, x_im * cos_1 + x_re * sin_1 * 1.0], axis=4
     )
     return jnp.reshape(rotated, (1, 8, x.shape[2], 16))
 
@@ -211,8 +201,6 @@ def kv_cache_update(state, input_pos, k_val, v_val):
             operand_batching_dims=(),
             scatter_indices_batching_dims=(),
         ),
-        indices_are_sorted=False,
-        unique_indices=False,
         mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
     )
     v_out = lax.scatter(
@@ -226,8 +214,6 @@ def kv_cache_update(state, input_pos, k_val, v_val):
             operand_batching_dims=(),
             scatter_indices_batching_dims=(),
         ),
-        indices_are_sorted=False,
-        unique_indices=False,
         mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
     )
     return (k_out, v_out), {"k_cache": k_out, "v_cache": v_out}
@@ -264,8 +250,6 @@ def _take(x, y):
             start_indices_batching_dims=(),
         ),
         slice_sizes=(1, 64),
-        indices_are_sorted=False,
-        unique_indices=False,
         mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
         fill_value=jnp.nan,
     )

@@ -40,7 +40,7 @@ def forward(params, x):
     topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
     scatter = lax.broadcast_in_dim(jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1))
     weights = lax.scatter(
-        lax.broadcast_in_dim(jnp.float32(0.0), (12, 4), ()),
+        jnp.zeros((12, 4), jnp.float32),
         jnp.concatenate(
             [
                 lax.select(scatter < 0, scatter + 12, scatter)[..., None],
@@ -56,8 +56,6 @@ def forward(params, x):
             operand_batching_dims=(),
             scatter_indices_batching_dims=(),
         ),
-        indices_are_sorted=False,
-        unique_indices=False,
         mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
     )
     expert_out = lax.stack([expert_forward(expert, tokens) for expert in params["experts"]], axis=1)

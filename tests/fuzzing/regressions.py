@@ -1,0 +1,81 @@
+"""Fuzzed programs kept as explicit tests: shrunk failures, each with what went wrong.
+
+`REGRESSIONS` must round-trip (`fuzzing.roundtrip`); `TORCHAX_ISSUES` are programs where
+torchax itself fails or departs from torch eager, kept so that we notice when that changes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuzzing.programs import InputSpec, Program
+
+F32, BF16, I64, BOOL = torch.float32, torch.bfloat16, torch.int64, torch.bool
+
+
+def program(inputs: list[tuple[tuple[int, ...], torch.dtype]], *lines: str, seed: int = 0) -> Program:
+    """A program over `inputs` (`v0`, `v1`, ...) returning its last line's value."""
+    last = lines[-1].split(" = ")[0]
+    return Program([InputSpec(shape, dtype) for shape, dtype in inputs], list(lines), [last], seed)
+
+
+REGRESSIONS: dict[str, Program] = {
+    # One index tensor used twice became two constants in the re-trace: closed-over arrays are
+    # lifted once per use, so the harness passes the jaxpr's constants as parameters.
+    "constant_used_twice": program(
+        [((3,), F32)],
+        "v1 = v0.index_put((torch.tensor([0, 0, 2]),), v0[torch.tensor([0, 0, 2])] * 0.5)",
+    ),
+    # torchax's int64 is int32 in JAX: compared by value, not by dtype name.
+    "int64_output": program([((4,), F32)], "v1 = v0.long()", "v2 = v1.sum(0)"),
+    # top_k of a weakly typed operand gives weak indices; concatenating them with strong ones
+    # must stay lax.concatenate (jnp.concatenate inserts a convert_element_type).
+    "weak_indices_concatenated": program([((3, 5), F32)], "v1 = torch.kthvalue(v0, 2, -1).values"),
+    # Slices that carry strides=(1, 1) are lax.slice, not `x[a:b]` (which binds strides=None).
+    "roll_slices": program([((3, 4), F32)], "v1 = torch.roll(v0, 1, 0)", "v2 = torch.roll(v1, -2, 1)"),
+    # A size-1 axis inserted in the middle: `x[:, :, None]`, once `x[..., None]`.
+    "pool1d_new_axis": program([((1, 2, 7), F32)], "v1 = F.avg_pool1d(v0, 3, 2)"),
+    # The window identity must be concrete or lax.reduce_window binds the generic primitive.
+    "pool2d_identity": program([((1, 2, 6, 6), F32)], "v1 = F.max_pool2d(v0, 2)", "v2 = F.avg_pool2d(v1, 2)"),
+    # bfloat16 math with a float32 result is held to bfloat16's tolerance.
+    "bf16_matmul_then_float": program(
+        [((2, 3, 4), BF16)], "v1 = v0 @ v0.transpose(-1, -2)", "v2 = torch.sin(v1)", "v3 = v2.float()"
+    ),
+    # Literals on the left of a comparison and of a subtraction keep their order.
+    "literal_on_the_left": program([((3, 4), F32)], "v1 = 3.0 - v0", "v2 = torch.where(0.5 < v1, v1, -v1)"),
+    # A causal mask: -inf through masked_fill and softmax.
+    "causal_softmax": program(
+        [((3, 3), F32)],
+        "v1 = torch.softmax(v0.masked_fill(torch.ones(3, 3, dtype=torch.bool).triu(1), float('-inf')), -1)",
+    ),
+    # Found by the fuzzer: bool + bool is a weakly typed int32 in torchax; `.all()` compares it
+    # with a strong `0:i32[]`.  `x != jnp.int32(0)` made jnp convert x to strong first.
+    "weak_int_against_strong_literal": program(
+        [((1, 1, 1, 1), F32)], "v1 = v0 >= 0.5", "v2 = torch.zeros_like(v1) + v1", "v3 = v2.all(0)"
+    ),
+    # torch.clamp(x, max=m) is jnp.clip(x, max=m), not jnp.clip(x, m).
+    "clamp_max_only": program(
+        [((3, 4), F32)], "v1 = torch.clamp(v0, max=0.5)", "v2 = torch.clamp(v1, min=-0.5)"
+    ),
+    # Integer and boolean chains, exact.
+    "int_and_bool_chain": program(
+        [((3, 4), I64), ((3, 4), BOOL)],
+        "v2 = torch.div(v0, v0.abs() + 1, rounding_mode='floor')",
+        "v3 = torch.where(v1, v2, v0 % 3)",
+        "v4 = (v3 << 1) ^ v0",
+    ),
+}
+
+
+TORCHAX_ISSUES: dict[str, Program] = {
+    # Tensor.type_as converts the tensor it is called on, in place.
+    "type_as_in_place": program([((3,), F32), ((3,), I64)], "v2 = v1.type_as(v0)", "v3 = v1 * 1"),
+    # A 0-d float32 tensor times a bfloat16 tensor: torch keeps bfloat16, torchax promotes.
+    "zero_dim_promotion": program([((), F32), ((4,), BF16)], "v2 = v0 * v1"),
+    # Negative floats to uint8 wrap in torch (-1 -> 255) and clamp to 0 in XLA.
+    "negative_to_uint8": program([((4,), F32)], "v1 = (v0 - 2.0).to(torch.uint8)"),
+    # bool + bool is bool in torch (logical or), a weakly typed int32 in torchax.
+    "bool_plus_bool": program([((3,), F32)], "v1 = v0 > 0", "v2 = torch.zeros_like(v1) + v1"),
+    # Indexing a view (`v0[0]`) with a tensor fails inside torchax.
+    "index_a_view_with_a_tensor": program([((2, 3), F32)], "v1 = v0[0]", "v2 = v1[torch.tensor([0])]"),
+}
