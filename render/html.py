@@ -60,7 +60,7 @@ def render_page(source_map: SourceMap, notes: dict[int, Note], defs: dict[str, t
         calls = sorted(set(call_pattern.findall(jax_text))) if call_pattern and jax_text else []
         jax_html = html.escape(jax_text)
         jax_html = re.sub(r"(  ×\d+.*)$", r'<span class="count">\1</span>', jax_html, flags=re.M)
-        attrs = f' data-line="{number}"' + (f' data-calls="{" ".join(calls)}"' if calls else "")
+        attrs = f' id=L{number} data-line="{number}"' + (f' data-calls="{" ".join(calls)}"' if calls else "")
         row_class = ' class="ran"' if note else ""
         rows.append(
             f"<tr{attrs}{row_class}><td class=n>{number}</td>"
