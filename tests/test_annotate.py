@@ -84,3 +84,10 @@ def test_cli_writes_the_annotated_file_and_html(tmp_path, capsys):
 def test_shapes_flag_adds_avals(capsys):
     assert main([str(SAMPLES / "seed_example.py"), "--shapes"]) == 0
     assert "# f32[4,4]" in capsys.readouterr().out
+
+
+def test_readme_showcase_is_the_current_annotated_llama():
+    """docs/llama_model_annotated.py is what `annotate samples/llama_model.py` prints today."""
+    showcase = (SAMPLES.parent / "docs" / "llama_model_annotated.py").read_text(encoding="utf-8")
+    hint = "regenerate: annotate samples/llama_model.py -o docs/llama_model_annotated.py"
+    assert showcase == annotated("llama_model")[1], hint
