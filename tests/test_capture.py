@@ -105,6 +105,15 @@ def test_no_global_state_left_behind_even_when_user_code_raises():
     assert torch.zeros(1).device.type == "cpu"
 
 
+def test_random_ops_leave_no_tracer_behind():
+    def noisy(x):
+        return x + torch.rand(x.shape)
+
+    first = capture(noisy, torch.ones(3))
+    second = capture(noisy, torch.ones(3))  # raised UnexpectedTracerError when the key leaked
+    assert len(first.jaxpr.jaxpr.eqns) == len(second.jaxpr.jaxpr.eqns)
+
+
 def test_fresh_trace_each_call():
     def double(x):
         return x * 2

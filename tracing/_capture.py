@@ -290,6 +290,8 @@ class _Session:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self._swapped_state(tensors))
                 stack.enter_context(env)
+                # Random ops split torchax's key; on a copy, so no tracer outlives the trace.
+                stack.enter_context(env.override_property(prng=env.param.prng))
                 stack.enter_context(torch.device("jax"))
                 stack.enter_context(reporter.watching(self.module_paths))
                 result["views"] = stack.enter_context(_internals.view_values())
