@@ -19,13 +19,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from annotate.errors import (
-    EXIT_INTERRUPTED,
     EXIT_OK,
     Context,
     Failure,
     UserCodeRaised,
-    describe,
-    report,
+    run_command,
 )
 
 __all__ = ["build_parser", "emit", "main"]
@@ -78,28 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from annotate import review
 
         return review.main(argv[1:])
-    parser = build_parser()
-    try:
-        options = parser.parse_args(argv)
-    except SystemExit as exit:  # --help
-        return int(exit.code or 0)
-    except Failure as failure:
-        print(failure.text(), file=sys.stderr)
-        return failure.code
-    context = Context(options.file)
-    try:
-        _check_options(options)
-        from annotate.loading import isolated
-
-        with isolated():
-            return _run(options, context)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
-        failure = describe(error, context)
-        report(failure, context, error, debug=options.debug)
-        return failure.code
+    return run_command(build_parser(), argv, _check_options, _run)
 
 
 def _run(options: argparse.Namespace, context: Context) -> int:

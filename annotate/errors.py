@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,37 @@ class Context:
             return str(resolved.relative_to(Path.cwd()))
         except ValueError:
             return str(resolved)
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    check: Callable[[argparse.Namespace], None],
+    run: Callable[[argparse.Namespace, Context], int],
+) -> int:
+    """Parse `argv`, then `check` and `run` the command in an isolated import state, every
+    failure ending as one `error:` line with its exit code."""
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exit:  # --help
+        return int(exit.code or 0)
+    except Failure as failure:
+        print(failure.text(), file=sys.stderr)
+        return failure.code
+    context = Context(options.file)
+    try:
+        check(options)
+        from annotate.loading import isolated
+
+        with isolated():
+            return run(options, context)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
+        failure = describe(error, context)
+        report(failure, context, error, debug=options.debug)
+        return failure.code
 
 
 def describe(error: BaseException, context: Context) -> Failure:

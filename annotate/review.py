@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate.errors import EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, Context, Failure, describe, report
+from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure, run_command
 
 __all__ = ["main"]
 
@@ -44,27 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        options = build_parser().parse_args(argv)
-    except SystemExit as exit:
-        return int(exit.code or 0)
-    except Failure as failure:
-        print(failure.text(), file=sys.stderr)
-        return failure.code
-    context = Context(options.file)
-    try:
-        _check(options)
-        from annotate.loading import isolated
-
-        with isolated():
-            return _run(options)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BaseException as error:
-        failure = describe(error, context)
-        report(failure, context, error, debug=options.debug)
-        return failure.code
+    return run_command(build_parser(), argv, _check, lambda options, context: _run(options))
 
 
 def _check(options: argparse.Namespace) -> None:

@@ -56,7 +56,7 @@ def test_code_untouched_and_every_line_that_made_jax_is_commented(name):
     assert made_jax == commented, f"lines that made JAX without a comment: {sorted(made_jax - commented)}"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "llama_model"])  # the Llama's is docs/
 def test_golden_annotated(name):
     assert_golden("annotate", f"{name}.py", annotated(name)[1])
 
@@ -87,7 +87,7 @@ def test_shapes_flag_adds_avals(capsys):
 
 
 def test_readme_showcase_is_the_current_annotated_llama():
-    """docs/llama_model_annotated.py is what `annotate samples/llama_model.py` prints today."""
+    """docs/llama_model_annotated.py, the Llama's golden file, is what `annotate` prints for it."""
     showcase = (SAMPLES.parent / "docs" / "llama_model_annotated.py").read_text(encoding="utf-8")
     hint = "regenerate: annotate samples/llama_model.py -o docs/llama_model_annotated.py"
     assert showcase == annotated("llama_model")[1], hint

@@ -315,15 +315,7 @@ class _Session:
             result.update(out_paths=[p for p, _ in outputs], spec=spec, static=static, mutated=mutated)
             return [v for _, v in outputs] + [_internals.jax_value(tensors[i]) for i in mutated]
 
-        try:
-            closed = jax.make_jaxpr(traced)(*self._jax_inputs())
-        except CaptureError:
-            raise
-        except Exception as error:
-            classified = _classify(error, self.user_file)
-            if classified is None:
-                raise
-            raise classified from error
+        closed = make_jaxpr_classified(traced, self._jax_inputs(), self.user_file)
         reporter.tick("recording")
         return _build_trace(self, closed, recorder, result)
 
@@ -369,6 +361,21 @@ class _Session:
         finally:
             for store, attr, value in reversed(saved):
                 store[attr] = value
+
+
+def make_jaxpr_classified(
+    traced: Callable[..., Any], inputs: list[Any], is_user_file: Callable[[str], bool]
+) -> Any:
+    """`jax.make_jaxpr(traced)(*inputs)`, failures tracing can explain raised as `CaptureError`s."""
+    try:
+        return jax.make_jaxpr(traced)(*inputs)
+    except CaptureError:
+        raise
+    except Exception as error:
+        classified = _classify(error, is_user_file)
+        if classified is None:
+            raise
+        raise classified from error
 
 
 def _bind(target: Callable[..., Any], args: tuple, kwargs: dict) -> inspect.BoundArguments:

@@ -24,15 +24,14 @@ import torch.utils._pytree as torch_pytree
 from tracing import _internals
 from tracing._capture import (
     Capture,
-    CaptureError,
     OutputError,
     _bind,
     _build_trace,
-    _classify,
     _innermost_user_site,
     _Probe,
     _Reporter,
     _user_files,
+    make_jaxpr_classified,
 )
 from tracing._frames import CallRecord, Recorder
 from tracing._source import SourceIndex
@@ -116,15 +115,7 @@ class JaxSession:
             result.update(out_paths=paths, spec=spec, static=static, mutated=[])
             return values
 
-        try:
-            closed = jax.make_jaxpr(traced)(*self._jax_inputs())
-        except CaptureError:
-            raise
-        except Exception as error:
-            classified = _classify(error, self.user_file)
-            if classified is None:
-                raise
-            raise classified from error
+        closed = make_jaxpr_classified(traced, self._jax_inputs(), self.user_file)
         reporter.tick("recording")
         self.module_paths = _module_paths(recorder.roots)
         trace = _build_trace(self, closed, recorder, result)
