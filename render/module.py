@@ -7,6 +7,7 @@ import io
 import textwrap
 import tokenize
 
+from render import text as user_text
 from render.program import Program, lower
 from tracing.trace import Trace
 
@@ -35,7 +36,8 @@ def render_program(program: Program, *, source: str) -> str:
     if loader:
         used |= {"jnp"}
     imports = [line for name, line in _IMPORTS.items() if name in used]
-    chunks = ['"""' + _docstring(program, source) + '\n"""', "\n".join(sorted(imports, key=_import_order))]
+    docstring = user_text.docstring(_docstring(program, source))
+    chunks = [docstring, "\n".join(sorted(imports, key=_import_order))]
     if loader and program.state_paths:
         chunks.append(_state_constant(program))
     if constants:
@@ -43,8 +45,9 @@ def render_program(program: Program, *, source: str) -> str:
     chunks += ["\n".join(format_statement(d, 0)) for d in defs]
     if loader:
         chunks.append(loader)
-    text = "\n\n\n".join(chunks) + "\n"
-    return double_quotes(text)
+    text = double_quotes("\n\n\n".join(chunks) + "\n")
+    user_text.check_compiles(text, "module")
+    return text
 
 
 # -- the docstring -----------------------------------------------------------------------------------
@@ -59,7 +62,8 @@ def _docstring(program: Program, source: str) -> str:
     outputs = "outputs, new_state" if program.takes_state else "outputs"
     torch = trace.frontend == "torch"
     paragraphs = [
-        f"JAX for {source}, exported by jaxside from one traced run{' (torchax)' if torch else ''}.",
+        f"JAX for {user_text.comment(source)}, exported by jaxside from one traced run"
+        f"{' (torchax)' if torch else ''}.",
         f"Traced with {inputs}; shapes and non-tensor inputs are baked in as they were then.",
     ]
     call = ["Call it:", ""]
@@ -129,7 +133,7 @@ def _matches(pattern: str, path: str) -> bool:
 
 
 def _state_constant(program: Program) -> str:
-    items = "".join(f'\n    "{p}",' for p in _patterns(program))
+    items = "".join(f"\n    {user_text.literal(p)}," for p in _patterns(program))
     return (
         f"STATE_BUFFERS = ({items}\n)\n"
         + '"""Buffers the torch code writes in place: `state` in, new state out."""'
@@ -225,10 +229,7 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
             and isinstance(body[0].value, ast.Constant)
             and isinstance(body[0].value.value, str)
         ):
-            doc = body[0].value.value
-            lines.append(
-                f'{pad}    """{doc}"""' if "\n" not in doc else f'{pad}    """{_indent(doc, indent + 4)}'
-            )
+            lines.append(f"{pad}    {user_text.docstring(body[0].value.value, indent + 4)}")
             body = body[1:]
         for statement in body:
             lines += format_statement(statement, indent + 4)
@@ -255,13 +256,6 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
     if isinstance(node, ast.Expr):
         return _wrap(node.value, indent, pad)
     return [pad + line for line in ast.unparse(node).splitlines()]
-
-
-def _indent(doc: str, indent: int) -> str:
-    lines = doc.split("\n")
-    return "\n".join(
-        [lines[0]] + [(" " * indent + line) if line else "" for line in lines[1:]] + [" " * indent + '"""']
-    )
 
 
 def _target(node: ast.expr) -> str:

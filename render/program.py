@@ -35,7 +35,10 @@ CALL_LIKE = frozenset(
      "custom_vjp_call_jaxpr", "custom_lin"}
 )
 """Primitives that call their body once: when no rule can write one, its body inline computes the same."""
-MODULE_NAMES = frozenset({"jax", "jnp", "lax", "np", "load_params", "params", "state"})
+MODULE_NAMES = frozenset(
+    {"jax", "jnp", "lax", "np", "torch", "load_params", "_lists", "_is_state", "STATE_BUFFERS"}
+    | {"params", "state"}
+)
 INLINE_LIMIT = 60
 """A sub-expression of another torch expression is written inside it when at most this long."""
 
@@ -351,8 +354,8 @@ class _Lowering:
         self._dataflow(root)
         self._hoist(root)
         groups = self._group(root)
-        entry_name = "forward" if self.module_entry else naming.function_name(root.call.function)
-        self.module.claim(entry_name, "local")
+        entry_base = "forward" if self.module_entry else naming.function_name(root.call.function)
+        entry_name = self.module.fresh(entry_base, "local")
         for height in sorted({g.height for g in groups}):
             level = [g for g in groups if g.height == height]
             for group in level:
