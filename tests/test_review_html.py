@@ -47,8 +47,9 @@ def test_broken_rope_review_page_in_chromium(tmp_path: Path, capsys: pytest.Capt
         cells = first.find_elements(By.TAG_NAME, "td")
         assert cells[0].text == str(torch_line) and cells[1].text.strip().startswith("rotated = torch.stack(")
         assert cells[3].text == str(port_line) and cells[4].text.strip().startswith("rotated = jnp.stack(")
+        mark = first.find_element(By.CSS_SELECTOR, ".q .ln")
         assert "first divergence" in driver.execute_script(
-            "return getComputedStyle(arguments[0], '::after').content", first.find_element(By.CSS_SELECTOR, ".q .ln"))
+            "return getComputedStyle(arguments[0], '::after').content", mark)
         # A correct line sits beside the torch line it computes, in green.
         keys = driver.find_element(By.ID, f"p-L{_line(port, 'values = cache')}")
         assert "ok" in keys.get_attribute("class").split()
