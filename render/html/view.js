@@ -34,7 +34,7 @@
     const st = event.target.closest('.st[data-site]');
     if (st) {
       st.classList.add('hot');
-      markSite(siteOf(st), 'mk').forEach(r => r.classList.add('hot'));
+      markSite(siteOf(st), 'mk');
       return;
     }
     const row = event.target.closest('tr.r');
@@ -63,7 +63,6 @@
     if (st) {
       st.classList.add('pin');
       const rows = markSite(siteOf(st), 'pin');
-      rows.forEach(r => r.classList.add('pin'));
       const box = rows.length ? rows[0].getBoundingClientRect() : null;
       if (box && (box.top < 0 || box.bottom > innerHeight)) reveal(rows[0]);
     } else {

@@ -142,7 +142,7 @@ class _View:
             for start, end, name in sorted(set(spans)):
                 label = f"{path.name}:{start}  {folds.describe(start, end, outline)}  →  {name}"
                 parts.append(self._fold([rows[n] for n in range(start, end + 1)], label))
-            return f"{title}<table>{self._head(path.name)}{''.join(parts)}</table>"
+            return f"{title}<table>{self._head(path.name, self.trace.frontend)}{''.join(parts)}</table>"
         keep = self._context_headers(source_map.tokens.tree, runs)
 
         def blank(n: int) -> bool:
@@ -160,7 +160,7 @@ class _View:
             shown = end + 1
         if shown <= len(source_map.lines):
             parts.append("<tbody>" + "".join(rows[n] for n in range(shown, len(rows) + 1)) + "</tbody>")
-        return f"{title}<table>{self._head(path.name)}{''.join(parts)}</table>"
+        return f"{title}<table>{self._head(path.name, self.trace.frontend)}{''.join(parts)}</table>"
 
     @staticmethod
     def _context_headers(tree: ast.Module, runs: Runs) -> set[int]:
@@ -175,9 +175,10 @@ class _View:
         return keep
 
     @staticmethod
-    def _head(name: str) -> str:
+    def _head(name: str, frontend: str) -> str:
+        side = "torch" if frontend == "torch" else "source"
         return ("<colgroup><col style='width:3.2em'><col style='width:46%'><col></colgroup>"
-                f"<thead><tr><th></th><th>torch · {html.escape(name)}</th><th>JAX</th></tr></thead>")
+                f"<thead><tr><th></th><th>{side} · {html.escape(name)}</th><th>JAX</th></tr></thead>")
 
     @staticmethod
     def _fold(rows: list[str], label: str, closed: bool = True) -> str:
