@@ -173,3 +173,38 @@ def test_dark_theme_follows_the_system_and_identifiers_never_break(view):
             "return [...document.querySelectorAll('a.fn, span.f, span.b, span.m')]"
             ".filter(e => e.getClientRects().length > 1).map(e => e.textContent)")
         assert broken == []
+
+
+RUNS_SOURCE = '''\
+def f(x, flag):
+    if flag is None:
+        raise ValueError("no flag")
+    if x is None:
+        return None
+    y = x + 1
+    # a comment in code that ran
+    return y
+
+
+def never(x):
+    return x
+'''
+
+
+def test_lines_that_did_not_run_are_told_from_the_evidence(tmp_path: Path):
+    """A raise-only branch of a call that returned, and a return branch the call went past, did not run;
+    a def never called did not run; comments in code that ran count as run."""
+    import ast
+
+    from render.html.runs import Runs
+    from tracing.trace import Call, Site
+
+    file = tmp_path / "runs.py"
+    file.write_text(RUNS_SOURCE)
+    site = Site(str(file), 6, 6, 8, 13, "x + 1")
+    call = Call("f", str(file), 1, eqns=[0], bindings=[("y", 6, object())])
+    root = Call("<entry>", str(file), 0, children=[call])
+    trace = type("FakeTrace", (), {"root": root, "eqn_sites": [site]})()
+    runs = Runs(trace, str(file), ast.parse(RUNS_SOURCE))
+    not_run = {n for n in range(1, len(RUNS_SOURCE.splitlines()) + 1) if n not in runs.ran}
+    assert not_run == {3, 5, 9, 10, 11, 12}
