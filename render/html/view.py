@@ -101,7 +101,8 @@ class _View:
             text = text.replace(f"<!--callers {name}-->", f"<span class=call>called from {links}</span>"
                                 if links else "")
         title = f"{path.name}: {self.trace.entry} in JAX"
-        intro = ("torch on the left, the JAX each line made on the right. Hover or click a line or a JAX "
+        side = "torch" if self.trace.frontend == "torch" else "The source"
+        intro = (f"{side} on the left, the JAX each line made on the right. Hover or click a line or a JAX "
                  "statement to see its partner; click a call to go to its def, and Back to return.")
         unfold = "<button class=link id=unfold type=button>unfold all</button>"
         return document(title, intro, LEGEND, text, unfold)
