@@ -81,8 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(options: argparse.Namespace, context: Context) -> int:
     from annotate.loading import find_entry, load_file, namespace_of
-    from tracing import Capture, CaptureError, user_code
-    from tracing._capture import PROGRESS_AFTER
+    from tracing import PROGRESS_AFTER, Capture, CaptureError, user_code
 
     started = time.monotonic()
     file = str(Path(options.file).resolve())
