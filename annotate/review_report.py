@@ -50,7 +50,7 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
          outputs_close: bool) -> str:
     out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
-           f"weights: {len(mapping.pairs)} mapped" + (
+           f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
                f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
                if mapping.unused_torch else ""),
            "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
