@@ -44,23 +44,32 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A port leaf made from torch: rows `start:stop` of tensor `source`, then `layout`."""
+    """A port leaf made from torch: rows `start:stop` of tensor `source` (or `source` with the
+    `fused` tensors' rows after it), then `layout`."""
 
     source: str
     layout: str
     shape: tuple[int, ...]
     rows: tuple[int, int] | None = None
+    fused: tuple[str, ...] = ()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.fused)
 
     def describe(self) -> str:
-        rows = f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else ""
-        change = {"same": "", "transpose": ".T", "kernel": ".T", "reshape": "", "conv": " (conv kernel)"}
-        reshape = f" as {list(self.shape)}" if self.layout in ("kernel", "reshape") else ""
-        return f"{self.source}{rows}{change[self.layout]}{reshape}"
+        """`layers.0.attention.wqkv.weight[0:64].T`, `wq.weight + wk.weight.T as [64, 4, 16]`."""
+        text = " + ".join(self.sources) + (f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else "")
+        text += {"transpose": ".T", "kernel": ".T", "conv": " (conv)"}.get(self.layout, "")
+        reshaped = self.layout in ("kernel", "reshape") and len(self.shape) != 2
+        return text + (f" as {list(self.shape)}" if reshaped else "")
 
-    def build(self, tensor: Any, dtype: Any) -> Any:
+    def build(self, state: dict[str, Any], dtype: Any) -> Any:
         import jax.numpy as jnp
 
-        value = tensor if self.rows is None else tensor[self.rows[0]:self.rows[1]]
+        value = jnp.concatenate([state[name] for name in self.sources]) if self.fused else state[self.source]
+        if self.rows is not None:
+            value = value[self.rows[0]:self.rows[1]]
         if self.layout in ("transpose", "kernel"):
             value = value.T
         elif self.layout == "conv":
@@ -108,9 +117,10 @@ def _splits(shape: tuple[int, ...], first: int, rest: int) -> bool:
 def fit(leaves: list[Leaf], shapes: dict[str, tuple[int, ...]],
         given: dict[str, Recipe] | None = None) -> Fit:
     """Recipes for the port's leaves: `given` ones first, then one-to-one by name among the torch
-    tensors that fit (most alike first), then fused torch tensors split over sibling leaves."""
+    tensors that fit (most alike first), then fused torch tensors split over sibling leaves, then
+    fused leaves made of sibling torch tensors."""
     result = Fit(recipes=dict(given or {}))
-    taken = {recipe.source for recipe in result.recipes.values()}
+    taken = {name for recipe in result.recipes.values() for name in recipe.sources}
     free = [leaf for leaf in leaves if leaf.path not in result.recipes]
     scored = []
     for leaf in free:
@@ -134,6 +144,12 @@ def fit(leaves: list[Leaf], shapes: dict[str, tuple[int, ...]],
             if parts:
                 result.recipes.update(parts)
                 taken.add(name)
+    for leaf in leaves:
+        if leaf.path not in result.recipes:
+            recipe = _fuse(leaf, {n: s for n, s in shapes.items() if n not in taken and len(s) == 2})
+            if recipe is not None:
+                result.recipes[leaf.path] = recipe
+                taken.update(recipe.sources)
     result.unmapped = [leaf.path for leaf in leaves if leaf.param and leaf.path not in result.recipes]
     result.unused = [name for name in shapes if name not in taken]
     return result
@@ -179,6 +195,32 @@ def _split(name: str, shape: tuple[int, ...], free: list[Leaf]) -> dict[str, Rec
             start += size
         return recipes
     return {}
+
+
+def _fuse(leaf: Leaf, free: dict[str, tuple[int, ...]]) -> Recipe | None:
+    """The fused leaf (`qkv_proj`) as sibling torch tensors (`q_proj`, `k_proj`, `v_proj`) stacked by
+    rows, in the order the leaf's name spells them, all of them adding up to its size."""
+    steps = leaf.path.split(".")
+    if len(steps) < 2:
+        return None
+    fused = steps[-2].lower()
+    groups: dict[tuple[str, str, int], list[tuple[int, str]]] = {}
+    for name, shape in free.items():
+        words = name.split(".")
+        code = _CODE.get(words[-2].lower()) if len(words) >= 2 else None
+        if code is None or fused.find(code) < 0 or similarity(leaf.path, name) <= 0:
+            continue
+        groups.setdefault((".".join(words[:-2]), words[-1], shape[1]), []).append((fused.find(code), name))
+    for (_, _, width), members in groups.items():
+        positions = [position for position, _ in members]
+        rows = sum(free[name][0] for _, name in members)
+        if len(members) < 2 or len(set(positions)) != len(positions) or rows * width != math.prod(leaf.shape):
+            continue
+        how = layout(leaf, (rows, width))
+        if how is not None:
+            names = [name for _, name in sorted(members)]
+            return Recipe(names[0], how, leaf.shape, fused=tuple(names[1:]))
+    return None
 
 
 _GIVEN = re.compile(r"(?P<name>.+?)(?:\[(?P<start>\d+):(?P<stop>\d+)\])?(?P<t>\.T)?")

@@ -37,7 +37,8 @@ _NOISE = {"weight", "kv_cache", "params", "caches", "cache", "kernel", "scale"}
 
 @dataclass
 class Mapping:
-    """Port leaf path (`params['blocks'][0]['attn']['wqkv']`) -> torch state_dict name."""
+    """Port leaf path (`params['blocks'][0]['attn']['wqkv']`) -> torch state_dict name; for a module
+    port, how the leaf is made (`layers.0.attention.wqkv.weight[0:64].T as [64, 4, 16]`)."""
 
     pairs: dict[str, str] = field(default_factory=dict)
     unmapped_port: list[str] = field(default_factory=list)

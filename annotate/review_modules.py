@@ -24,8 +24,7 @@ class _Run:
         self.__name__ = self.__qualname__ = port.name
 
     def __call__(self, state: dict[str, Any], *data: Any) -> Any:
-        values = {path: recipe.build(state[recipe.source], self.dtypes[path])
-                  for path, recipe in self.recipes.items()}
+        values = {path: recipe.build(state, self.dtypes[path]) for path, recipe in self.recipes.items()}
         return self.port.call(values, data)
 
 
@@ -43,12 +42,13 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
         shown = ", ".join(result.unmapped[:3]) + (", ..." if len(result.unmapped) > 3 else "")
         raise Failure(f"no torch weight fits the {port.framework} weights {shown}",
                       "map them in a --params-map file", file=options.port)
-    weights = {name: state[name] for name in sorted({r.source for r in result.recipes.values()})}
+    weights = {name: state[name] for name in sorted({n for r in result.recipes.values() for n in r.sources})}
     try:
         trace = Capture(watch=[str(Path(options.port).resolve())])(_Run(port, result.recipes), weights, *data)
     except Exception as error:
         raise UserCodeRaised(f"tracing {port.name}", error) from error
-    mapping = Mapping(pairs={path: r.source for path, r in result.recipes.items()},
+    mapping = Mapping(pairs={leaf.path: result.recipes[leaf.path].describe() for leaf in port.leaves
+                             if leaf.path in result.recipes},
                       unused_torch=result.unused, inputs={f"state[{name!r}]": name for name in weights},
                       note=_note(port, result.recipes))
     return trace, jax.tree_util.tree_leaves([weights, *data]), mapping
@@ -58,10 +58,13 @@ def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
     """` into a Flax NNX Llama (12 transposed, 6 split from 2 fused tensors)`."""
     kinds = Counter("split" if r.rows else r.layout for r in recipes.values())
     fused = len({r.source for r in recipes.values() if r.rows})
+    joined = [r for r in recipes.values() if r.fused]
     words = [f"{kinds[k]} {w}" for k, w in (("kernel", "kernels transposed"), ("transpose", "transposed"),
                                             ("conv", "conv kernels"), ("reshape", "reshaped")) if kinds[k]]
     if fused:
         words.append(f"{kinds['split']} split from {fused} fused tensor{'s' if fused > 1 else ''}")
+    if joined:
+        words.append(f"{len(joined)} fused from {sum(len(r.sources) for r in joined)} tensors")
     kept = len([leaf for leaf in port.leaves if leaf.path not in recipes])
     if kept:
         words.append(f"{kept} port state kept as built")

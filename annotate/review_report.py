@@ -71,6 +71,9 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
     lost = sorted({site_of(port, v).line for v in alignment.unmatched_port if site_of(port, v) is not None})
     if lost:
         out.append(f"port lines with values torch never computed: {', '.join(map(str, lost))}")
+    if not outputs_close:
+        out += ["weights as mapped (port <- torch; --params-map overrides):"]
+        out += [f"  {port} <- {source}" for port, source in mapping.pairs.items()]
     out.append("outputs match" if outputs_close else "outputs DIVERGE")
     return "\n".join(out) + "\n"
 

@@ -93,7 +93,7 @@ def test_fitted_weights_give_torch_logits(port: str) -> None:
     fitted = fit(ported.leaves, {name: tuple(v.shape) for name, v in state.items()})
     assert not fitted.unmapped
     dtypes = {leaf.path: leaf.dtype for leaf in ported.leaves}
-    values = {path: r.build(state[r.source], dtypes[path]) for path, r in fitted.recipes.items()}
+    values = {path: r.build(state, dtypes[path]) for path, r in fitted.recipes.items()}
     logits, _ = ported.call(values, data)
     np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-4, atol=1e-5)
 
@@ -122,10 +122,31 @@ def test_fused_tensor_splits_in_the_order_its_name_spells() -> None:
     assert fit(leaves, {"layers.0.attention.c_attn.weight": (128, 64)}).unmapped
 
 
+def test_fused_leaf_stacks_sibling_tensors_in_the_order_its_name_spells() -> None:
+    shapes = {f"layers.0.self_attn.{p}.weight": (n, 64) for p, n in (("v_proj", 32), ("k_proj", 32),
+                                                                       ("q_proj", 64))}
+    result = fit([_leaf("layers.0.attn.qkv_proj.kernel", 64, 128)], shapes)
+    recipe = result.recipes["layers.0.attn.qkv_proj.kernel"]
+    assert [name.split(".")[3] for name in recipe.sources] == ["q_proj", "k_proj", "v_proj"]
+    state = {name: np.full(shape, float(i), np.float32) for i, (name, shape) in enumerate(shapes.items())}
+    kernel = np.asarray(recipe.build(state, np.float32))
+    assert kernel.shape == (64, 128) and list(kernel[0, [0, 64, 96]]) == [2.0, 1.0, 0.0]
+    assert not result.unused
+
+
+def test_given_recipes_win_and_the_rest_is_fitted() -> None:
+    leaves = [_leaf("a.w", 4, 4), _leaf("head.weight", 8, 4)]
+    shapes = {"a.weight": (4, 4), "head.weight": (8, 4)}
+    result = fit(leaves, shapes, {"a.w": given_recipe(leaves[0], "a.weight.T", shapes)})
+    assert result.recipes["a.w"].layout == "kernel"  # square: only the map can say it is transposed
+    assert result.recipes["head.weight"].layout == "same"
+    assert not result.unmapped and not result.unused
+
+
 def test_split_recipe_takes_the_rows_then_transposes() -> None:
     weight = np.arange(12.0, dtype=np.float32).reshape(6, 2)
     recipe = given_recipe(_leaf("k.kernel", 2, 2), "w[2:4]", {"w": (6, 2)})
-    np.testing.assert_array_equal(np.asarray(recipe.build(weight, np.float32)), weight[2:4].T)
+    np.testing.assert_array_equal(np.asarray(recipe.build({"w": weight}, np.float32)), weight[2:4].T)
     assert "does not fit" in given_recipe(_leaf("k.kernel", 2, 3), "w[2:4]", {"w": (6, 2)})
 
 
