@@ -121,26 +121,32 @@ def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, 
 
 def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) -> tuple[Any, list, Any]:
     """The port's trace, its input values, and how its weights were mapped."""
+    from annotate.errors import UserCodeRaised
     from annotate.review_frameworks import module_port
 
     module = _load_port(options.port)
     name = options.port_entry or ("forward" if hasattr(module, "forward") else "build")
     entry = getattr(module, name, None)
     if entry is None or not callable(entry) and not isinstance(entry, tuple):
-        raise Failure(f"defines no {name}", "name the port's function, module or factory with --port-entry",
+        what = f"no {name}" if options.port_entry else "no forward (a function) or build (returning a module)"
+        raise Failure(f"defines {what}", "name the port's function, module or factory with --port-entry",
                       file=options.port)
-    port = module_port(entry, data)
-    if port is None and _is_factory(entry):
-        from annotate.errors import UserCodeRaised
-
-        try:
+    try:
+        port = module_port(entry, data)
+        if port is None and _is_factory(entry):
             built = entry()
-        except Exception as error:
-            raise UserCodeRaised(f"calling {name}() to build the port", error) from error
-        port = module_port(built, data)
-        if port is None:
-            raise Failure(f"{name}() returned {type(built).__name__}, not a Flax NNX, Flax Linen or Equinox "
-                          "module", "return the model (a Linen one with its variables)", file=options.port)
+            port = module_port(built, data)
+            if port is None:
+                raise Failure(f"{name}() returned {type(built).__name__}, not a Flax NNX, Flax Linen or "
+                              "Equinox module", "return the model (a Linen one with its variables)",
+                              file=options.port)
+    except Failure:
+        raise
+    except Exception as error:
+        raise UserCodeRaised(f"building the port from {name}", error) from error
+    if port is None and inspect.isclass(entry):
+        raise Failure(f"{name} is a class that needs arguments", f"name a function that returns a {name}",
+                      file=options.port)
     if port is not None:
         from annotate.review_modules import trace_module
 

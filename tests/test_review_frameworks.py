@@ -166,3 +166,13 @@ def test_missing_framework_is_one_line(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == 2
     assert err.strip().splitlines() == [f"error: {port}:2: needs equinox, which is not installed; "
                                         "pip install 'jaxside[review]' (or equinox)"]
+
+
+def test_port_without_an_entry_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    port = tmp_path / "port.py"
+    port.write_text("SIZE = 3\n")
+    code, out, err = _review(port, capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [f"error: {port}: defines no forward (a function) or build (returning "
+                                        "a module); name the port's function, module or factory with "
+                                        "--port-entry"]
