@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 
 
@@ -56,7 +57,12 @@ def evaluate(closed: Any, args: list[Any]) -> dict[Any, np.ndarray]:
         for var, value in zip(eqn.outvars, outs):
             if not isinstance(var, DropVar):
                 env[var] = value
-    return {var: np.asarray(value) for var, value in env.items()}
+    # Random keys (torchax threads one through every capture) are not values a port computes.
+    return {
+        var: np.asarray(value)
+        for var, value in env.items()
+        if not jax.dtypes.issubdtype(getattr(value, "dtype", np.float32), jax.dtypes.prng_key)
+    }
 
 
 def side(trace: Any, args: list[Any]) -> Side:
