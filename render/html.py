@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from render.comments import Note, SourceMap, comment_lines, notes_for
+from render.comments import Note, SourceMap, comment_lines, notes_for, read_source
 from render.program import lower
 
 _STYLE = """
@@ -82,7 +82,7 @@ def render_page(source_map: SourceMap, notes: dict[int, Note], defs: dict[str, t
 def side_by_side(trace: Any, path: str, *, shapes: bool = False) -> str:
     """The HTML view of `path` with the JAX each of its lines produced in `trace`."""
     program = lower(trace)
-    source_map = SourceMap(Path(path).read_text(encoding="utf-8"))
+    source_map = SourceMap(read_source(path))
     notes = notes_for(program, trace, path, source_map, shapes=shapes)
     defs = {}
     for function in program.functions:

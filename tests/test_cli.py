@@ -36,7 +36,8 @@ class Renderers:
 
     def comments(self, trace, path, *, shapes=False):
         self.traces.append(trace)
-        return f"# {Path(path).name}: {trace.entry}, {len(trace.jaxpr.jaxpr.eqns)} equations\n"
+        # `# jax: ` marks annotate's own output, which -o replaces without --force.
+        return f"# jax: {Path(path).name}: {trace.entry}, {len(trace.jaxpr.jaxpr.eqns)} equations\n"
 
     def html(self, trace, path, *, shapes=False):
         self.traces.append(trace)
@@ -95,8 +96,18 @@ def test_user_prints_go_to_stderr_and_stdout_carries_only_the_result(tmp_path, c
     file = write(tmp_path / "model.py", CHATTY)
     assert main([str(file)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"# model.py: Net, {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations\n"
-    assert err == "loading model.py\ntracing forward\n"
+    assert out == f"# jax: model.py: Net, {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations\n"
+    assert err.splitlines() == [
+        "annotate: loading torch and jax",  # before the heavy imports: the first thing on screen
+        "annotate: importing model.py",
+        "loading model.py",
+        "annotate: building the model and its inputs",
+        "annotate: tracing Net",
+        "tracing forward",
+        f"annotate: rendering {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations",
+    ]
+    assert main([str(file), "-q"]) == 0
+    assert capsys.readouterr().err == "loading model.py\ntracing forward\n"
 
 
 def test_outputs_of_any_pytree_shape_and_static_python_flags(tmp_path, capsys, renderers):
@@ -167,7 +178,7 @@ def test_progress_is_reported_on_stderr_for_long_traces(tmp_path, capsys, render
     monkeypatch.setattr(tracing._capture, "PROGRESS_EVERY", 0.0)
     assert main([str(SAMPLES / "mlp.py")]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert "annotate: tracing the root module (MLP)" in lines[0]
+    assert any(line.startswith("annotate: tracing the root module (MLP): ") for line in lines)
     assert any(line.startswith("annotate: tracing fc2 (Linear): ") for line in lines)
     assert any(line.startswith("annotate: recording: ") for line in lines)
 
@@ -200,9 +211,9 @@ def test_package_modeling_file_with_relative_imports(tmp_path, capsys, renderers
                 return self.proj(rotate_half(x))
     ''')
     before = file.read_bytes()
-    assert main([str(file), "--entry", "Rotary(8)", "--inputs", "torch.randn(2, 8)"]) == 0
+    assert main([str(file), "-q", "--entry", "Rotary(8)", "--inputs", "torch.randn(2, 8)"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("# modeling.py: Rotary") and err == "modeling.py ran\n"
+    assert out.startswith("# jax: modeling.py: Rotary") and err == "modeling.py ran\n"
     (trace,) = renderers.traces
     assert trace.root.function == "Rotary.forward" and trace.root.file == str(file)
     assert file.read_bytes() == before and "mylib" not in sys.modules
