@@ -20,6 +20,7 @@ from types import FrameType
 __all__ = ["check", "handling", "interrupted"]
 
 _flag = threading.Event()
+_pending: list[threading.Timer] = []
 _REDELIVER_AFTER = 0.05
 """Seconds before an interrupt that landed in a gc callback is raised again."""
 
@@ -47,12 +48,16 @@ def handling() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        while _pending:
+            _pending.pop().cancel()
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _flag.set()
     if _in_gc_callback(frame):
-        threading.Timer(_REDELIVER_AFTER, _thread.interrupt_main).start()
+        timer = threading.Timer(_REDELIVER_AFTER, _thread.interrupt_main)
+        _pending.append(timer)
+        timer.start()
         return
     raise KeyboardInterrupt
 

@@ -35,6 +35,7 @@ class Status:
         self._phase = ""
         self._detail = ""
         self._shown = 0  # characters of the live line on screen
+        self._mid_line = False  # text without its newline yet went to the screen: do not draw over it
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -57,21 +58,20 @@ class Status:
 
     def progress(self, progress: Any) -> None:
         """A progress report from `tracing.Capture` (a long trace)."""
-        detail = f"{progress.equations:,} equations"
+        where, counts = "", f"{progress.equations:,} equations"
         if progress.module_path is not None:
-            where = progress.module_path or "the root module"
+            where = " " + (progress.module_path or "the root module")
             if progress.module_type:
                 where += f" ({progress.module_type})"
             position = self.modules.get(progress.module_path)
             if position is not None and len(self.modules) > 1:
-                where += f", module {position + 1} of {len(self.modules)}"
-            detail = f"{where}: {detail}"
+                counts += f", module {position + 1} of {len(self.modules)}"
         with self._lock:
-            self._detail = detail
+            self._detail = f"{progress.phase}{where}: {counts}"
             if self.live:
                 self._draw()
             elif self.verbosity >= 0:
-                self._line(f"annotate: {progress.phase} {detail}, {progress.seconds:.1f} s")
+                self._line(f"annotate: {progress.phase}{where}: {counts}, {progress.seconds:.1f} s")
 
     def say(self, text: str) -> None:
         """A line that stays (``wrote out.py``); not with ``-q``."""
@@ -107,10 +107,9 @@ class Status:
                 self._draw()
 
     def _draw(self) -> None:
-        text = f"annotate: {self._phase}"
-        if self._detail:
-            text += f" - {self._detail}"
-        text += f"  {self.elapsed():.1f} s"
+        if self._mid_line:
+            return
+        text = f"annotate: {self._detail or self._phase}  {self.elapsed():.1f} s"
         width = _terminal_width(self.stream) - 1
         if len(text) > width:
             text = text[: max(width - 3, 0)] + "..."
@@ -147,6 +146,8 @@ class _ClearingWriter:
     def write(self, text: str) -> int:
         with self._status._lock:
             self._status._clear()
+            if text:
+                self._status._mid_line = not text.endswith("\n")
             return self._status.stream.write(text)
 
     def flush(self) -> None:
