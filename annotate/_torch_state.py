@@ -69,7 +69,7 @@ def restore(state: State | None) -> None:
     for mode in state.function_modes:
         c._push_on_torch_function_stack(mode)
     while c._len_torch_dispatch_stack():
-        c._pop_torch_dispatch_stack()
+        c._pop_torch_dispatch_stack(None)
     for mode in state.dispatch_modes:
         c._push_on_torch_dispatch_stack(mode)
     torch._GLOBAL_DEVICE_CONTEXT.device_context = state.device_context

@@ -112,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(options: argparse.Namespace, context: Context) -> int:
     status = options.status = Status(verbosity=options.verbosity)
     try:
-        return _annotate(options, context, status)
+        # Whatever else goes to stderr meanwhile (warnings, --check) clears the live line first.
+        with contextlib.redirect_stderr(status.writer()):
+            return _annotate(options, context, status)
     finally:
         status.close()
 
@@ -124,7 +126,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
 
     file = str(Path(options.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.
-    with contextlib.redirect_stdout(status.writer()), _traceback_filtering(not options.debug):
+    with contextlib.redirect_stdout(sys.stderr), _traceback_filtering(not options.debug):
         interrupts.check()
         status.phase(f"importing {Path(options.shown_file).name}")
         watch = [file]

@@ -77,10 +77,10 @@ def readable_copy(path: str) -> Iterator[str]:
     what it held, read once, in a temporary directory removed afterwards."""
     if path != STDIN:
         try:
-            if not stat.S_ISCHR(os.stat(path).st_mode) and not stat.S_ISFIFO(os.stat(path).st_mode):
-                yield path
-                return
+            mode = os.stat(path).st_mode
         except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISCHR(mode) and not stat.S_ISFIFO(mode):
             yield path
             return
     try:

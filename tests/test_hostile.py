@@ -270,15 +270,29 @@ def example():
 """
 
 
-@pytest.mark.parametrize("tail, code", [("", 0), ("raise RuntimeError('broken at import')", 3)])
+LEFT_IN_A_DISPATCH_MODE = """
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+PassThrough().__enter__()
+raise RuntimeError("broken at import")
+"""
+
+
+@pytest.mark.parametrize("tail, code", [("", 0), (LEFT_IN_A_DISPATCH_MODE, 3)])
 def test_torch_settings_a_file_changes_are_put_back(tmp_path, capsys, tail, code):
     file = tmp_path / "model.py"
-    file.write_text(SETTINGS.format(tail=tail), encoding="utf-8")
+    file.write_text(SETTINGS.replace("{tail}", tail), encoding="utf-8")
     assert main(["-q", str(file)]) == code, capsys.readouterr().err
     assert torch.get_default_dtype() == torch.float32
     assert torch.get_default_device() == torch.device("cpu") and torch.ones(1).device.type == "cpu"
     assert torch.is_grad_enabled()
-    assert torch._C._len_torch_function_stack() == 0
+    assert torch._C._len_torch_function_stack() == 0 and torch._C._len_torch_dispatch_stack() == 0
 
 
 # -- output paths ---------------------------------------------------------------------------------
