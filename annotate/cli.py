@@ -121,8 +121,12 @@ def _run(options: argparse.Namespace, context: Context) -> int:
 
 def _annotate(options: argparse.Namespace, context: Context, status: Status) -> int:
     status.phase("loading torch and jax")  # before the imports: the first seconds are theirs
-    from annotate.loading import find_entry, load_file, namespace_of, source_encoding
-    from tracing import Capture, CaptureError, user_code
+    with interrupts.deferred():
+        import jax  # noqa: F401
+        import torch  # noqa: F401
+
+        from annotate.loading import find_entry, load_file, namespace_of, source_encoding
+        from tracing import Capture, CaptureError, user_code
 
     file = str(Path(options.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.

@@ -5,6 +5,8 @@ garbage-collector callback (jax registers one, and imports collect often), Pytho
 "Exception ignored in ..." and carries on, so the interrupt is lost. Here SIGINT sets a flag
 as well as raising: `check()` raises again wherever the run reaches a checkpoint (before every
 write), and an interrupt that lands in a gc callback is re-delivered once the callback is over.
+Within `deferred()` (torch's and jax's imports: an import of theirs broken off halfway can
+crash the interpreter) SIGINT only sets the flag, raised when the block ends.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["check", "handling", "interrupted"]
+__all__ = ["check", "deferred", "handling", "interrupted"]
 
 _flag = threading.Event()
+_deferring = threading.Event()
 _pending: list[threading.Timer] = []
 _REDELIVER_AFTER = 0.05
 """Seconds before an interrupt that landed in a gc callback is raised again."""
@@ -52,8 +55,21 @@ def handling() -> Iterator[None]:
             _pending.pop().cancel()
 
 
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """SIGINT during the block is raised when it ends (if `handling` is on)."""
+    _deferring.set()
+    try:
+        yield
+    finally:
+        _deferring.clear()
+    check()
+
+
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _flag.set()
+    if _deferring.is_set():
+        return
     if _in_gc_callback(frame):
         timer = threading.Timer(_REDELIVER_AFTER, _thread.interrupt_main)
         _pending.append(timer)
