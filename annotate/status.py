@@ -1,7 +1,7 @@
 """What the run is doing, on stderr: a live line on a terminal, plain lines otherwise.
 
 On a terminal one line is redrawn in place several times a second: the phase, how far it has
-got (``layer 12 of 80``, equations so far) and the time since the start; it is cleared before
+got (``module 370 of 885``, equations so far) and the time since the start; it is cleared before
 anything else is printed (the user's own prints included) and when the run ends. Elsewhere
 (a pipe, a log file, a CI job) each phase is one plain line as it starts, and long traces add a
 line a second. `-q` prints nothing but errors; `-v` prints every phase as a plain line, with its
@@ -40,7 +40,7 @@ class Status:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.modules: dict[str, int] = {}
-        """Module paths of the entry in definition order, for ``layer k of n`` while tracing."""
+        """Module paths of the entry in definition order, for ``module k of n`` while tracing."""
 
     # -- what the run reports ---------------------------------------------------------------
 
