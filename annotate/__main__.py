@@ -1,3 +1,14 @@
-from annotate.cli import main
+import os
+import sys
 
-raise SystemExit(main())
+from annotate.cli import main
+from annotate.errors import EXIT_INTERRUPTED
+
+code = main()
+if code == EXIT_INTERRUPTED:
+    # Interrupted, maybe inside a library's import: skip the interpreter's teardown of whatever
+    # was left half-built (it can crash), once everything is flushed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+raise SystemExit(code)

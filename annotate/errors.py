@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import re
 import sys
+import tokenize
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,8 @@ class Context:
     """Files that are the user's code: FILE and what `--watch` adds (tracing's own predicate)."""
     namespace: dict[str, Any] | None = None
     """FILE's namespace once loaded, to suggest what an expression could name."""
+    copies: dict[str, str] = field(default_factory=dict)
+    """Temporary copies of inputs read from a pipe or standard input: copy path -> name shown."""
 
     @staticmethod
     def is_library_file(filename: str) -> bool:
@@ -78,6 +82,8 @@ class Context:
         if path.startswith("<"):
             return path
         resolved = Path(path).resolve()
+        if str(resolved) in self.copies:
+            return self.copies[str(resolved)]
         if resolved == Path(self.file).resolve():
             return self.file
         try:
@@ -93,28 +99,67 @@ def run_command(
     run: Callable[[argparse.Namespace, Context], int],
 ) -> int:
     """Parse `argv`, then `check` and `run` the command in an isolated import state, every
-    failure ending as one `error:` line with its exit code."""
-    try:
-        options = parser.parse_args(argv)
-    except SystemExit as exit:  # --help
-        return int(exit.code or 0)
-    except Failure as failure:
-        print(failure.text(), file=sys.stderr)
-        return failure.code
-    context = Context(options.file)
-    try:
-        check(options)
-        from annotate.loading import isolated
+    failure ending as one `error:` line with its exit code, and Ctrl-C as exit 130 whenever
+    it comes (see `annotate.interrupts`)."""
+    from annotate import interrupts
 
-        with isolated():
-            return run(options, context)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
-        failure = describe(error, context)
-        report(failure, context, error, debug=options.debug)
-        return failure.code
+    with interrupts.handling():
+        try:
+            options = parser.parse_args(argv)
+        except SystemExit as exit:  # --help, --version
+            return int(exit.code or 0)
+        except Failure as failure:
+            print(failure.text(), file=sys.stderr)
+            return failure.code
+        except KeyboardInterrupt:
+            return _interrupted()
+        context = Context(options.file)
+        try:
+            with contextlib.ExitStack() as stack:
+                _read_pipes(options, context, stack)
+                check(options)
+                from annotate.loading import isolated
+
+                with isolated():
+                    code = run(options, context)
+            interrupts.check()
+            return code
+        except KeyboardInterrupt:
+            return _interrupted()
+        except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
+            if interrupts.interrupted():  # a Ctrl-C that code on the way turned into another error
+                return _interrupted()
+            failure = describe(error, context)
+            report(failure, context, error, debug=options.debug)
+            return failure.code
+
+
+_SOURCE_OPTIONS = ("file", "port")
+"""The options that name Python source files to load (`annotate`'s FILE; `review`'s two files)."""
+
+
+def _read_pipes(options: argparse.Namespace, context: Context, stack: contextlib.ExitStack) -> None:
+    """Inputs given as ``-``, ``/dev/stdin`` or another pipe are read once into temporary files;
+    the options then name those, and errors the names given."""
+    from annotate.loading import STDIN, readable_copy
+
+    options.shown_file = options.file
+    for name in _SOURCE_OPTIONS:
+        given = getattr(options, name, None)
+        if given is None:
+            continue
+        path = stack.enter_context(readable_copy(given))
+        if path != given:
+            shown = "<stdin>" if given == STDIN else given
+            context.copies[str(Path(path).resolve())] = shown
+            setattr(options, name, path)
+            if name == "file":
+                options.shown_file = shown
+
+
+def _interrupted() -> int:
+    print("error: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def describe(error: BaseException, context: Context) -> Failure:
@@ -308,7 +353,9 @@ def _how_used(site: Any) -> tuple[str, str]:
     if site is None:
         return "other", ""
     try:
-        source = Path(site.file).read_text(encoding="utf-8")
+        with open(site.file, "rb") as stream:
+            encoding = tokenize.detect_encoding(stream.readline)[0]
+        source = Path(site.file).read_bytes().decode(encoding)
         tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError):
         return "other", ""

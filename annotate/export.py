@@ -57,7 +57,7 @@ class Comparison:
 def run(options: argparse.Namespace, entry: Any, trace: Trace) -> int:
     """Export `trace` (to ``options.output`` or stdout); with ``--check`` compare it with torch."""
     program = lower(trace)
-    text = render_program(program, source=f"{options.file}: {trace.entry}")
+    text = render_program(program, source=f"{getattr(options, 'shown_file', options.file)}: {trace.entry}")
     if getattr(options, "export", True) or not options.check:
         from annotate.cli import emit
 

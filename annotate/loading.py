@@ -11,7 +11,9 @@ import inspect
 import os
 import re
 import shlex
+import stat
 import sys
+import tempfile
 import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,12 +44,17 @@ class Entry:
 
 @contextlib.contextmanager
 def isolated() -> Iterator[None]:
-    """Undo what loading a user file did to this interpreter once the run is over: `sys.path`, and
-    the modules imported from the directories it put there (or that it replaced)."""
+    """Undo what loading a user file did to this interpreter once the run is over: `sys.path`, the
+    modules imported from the directories it put there (or that it replaced), and torch's
+    process-wide settings (default device and dtype, grad mode, modes left entered)."""
+    from annotate import _torch_state
+
     path, modules = list(sys.path), dict(sys.modules)
+    settings = _torch_state.save()
     try:
         yield
     finally:
+        _torch_state.restore(settings)
         added = tuple(str(Path(p).resolve()) + os.sep for p in sys.path if p not in path)
         for name, module in list(sys.modules.items()):
             if modules.get(name) is module:
@@ -57,6 +64,45 @@ def isolated() -> Iterator[None]:
             elif str(Path(getattr(module, "__file__", None) or "/").resolve()).startswith(added):
                 del sys.modules[name]
         sys.path[:] = path
+
+
+STDIN = "-"
+"""FILE that means standard input."""
+
+
+@contextlib.contextmanager
+def readable_copy(path: str) -> Iterator[str]:
+    """FILE as a path Python can import: FILE itself when it is a regular file (or missing: that
+    is reported later); for standard input (``-``, ``/dev/stdin``), a pipe or a device, a copy of
+    what it held, read once, in a temporary directory removed afterwards."""
+    if path != STDIN:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISCHR(mode) and not stat.S_ISFIFO(mode):
+            yield path
+            return
+    try:
+        if path == STDIN:
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as stream:
+                data = stream.read()
+    except OSError as error:
+        raise Failure(f"cannot read it ({error.strerror})", "give a readable file", file=path) from None
+    stem = Path(path).stem if path != STDIN else "stdin"
+    with tempfile.TemporaryDirectory(prefix="jaxside-") as directory:
+        copy = Path(directory) / f"{stem if stem.isidentifier() else 'stdin'}.py"
+        copy.write_bytes(data)
+        yield str(copy)
+
+
+def source_encoding(path: str | Path) -> str:
+    """The encoding Python reads a source file in: its coding cookie, ``utf-8-sig`` with a BOM,
+    else UTF-8 (the same codec writes the file back, BOM included)."""
+    with open(path, "rb") as stream:
+        return tokenize.detect_encoding(stream.readline)[0]
 
 
 def check_source(path: str) -> Path:

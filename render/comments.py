@@ -11,6 +11,9 @@ signature of its JAX counterpart.
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,8 @@ from render.module import double_quotes, format_statement
 from render.program import Loop, Statement, lower
 
 WIDTH = 100
-"""Comments go beside a line only if the line stays within this many characters."""
+"""Comments go beside a line only if the line stays within this many columns (display width:
+a CJK character takes two)."""
 
 
 @dataclass
@@ -43,6 +47,8 @@ class SourceMap:
         self.source = source
         self.lines = source.splitlines(keepends=True)
         self.tokens = asttokens.ASTTokens(source, parse=True)
+        self.commented = {t.start[0] for t in self.tokens.tokens if t.type == tokenize.COMMENT}
+        """Lines that already end with a comment of their own."""
         self._statements = sorted(
             (node for node in ast.walk(self.tokens.tree) if isinstance(node, ast.stmt)),
             key=lambda node: (node.lineno, -(node.end_lineno or node.lineno)),
@@ -88,8 +94,9 @@ def place(source_map: SourceMap, notes: dict[int, Note], *, width: int = WIDTH) 
         end = source_map.header_end(node)
         comment = comment_lines(note)
         line = lines[first_line - 1].rstrip("\r\n")
-        fits = len(comment) == 1 and len(line) + 2 + len(comment[0]) <= width
-        if end == first_line and fits and not line.rstrip().endswith("\\"):
+        fits = len(comment) == 1 and display_width(line) + 2 + display_width(comment[0]) <= width
+        beside = fits and first_line not in source_map.commented and not line.rstrip().endswith("\\")
+        if end == first_line and beside:
             lines[first_line - 1] = f"{line}  {comment[0]}{_newline(lines[first_line - 1])}"
         else:
             body = getattr(node, "body", None)
@@ -124,7 +131,7 @@ def comment_lines(note: Note, indent: str = "", width: int | None = None) -> lis
 def _wrap(text: str, indent: int, width: int) -> list[str]:
     """A statement's text over several lines, the way the exported module lays it out."""
     code, _, shapes = text.partition("  # ")
-    if indent + len(text) <= width:
+    if indent + display_width(text) <= width:
         return [text]
     try:
         (node,) = ast.parse(code).body
@@ -135,6 +142,14 @@ def _wrap(text: str, indent: int, width: int) -> list[str]:
     if shapes:
         lines[-1] += f"  # {shapes}"
     return lines
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes in a terminal or editor: wide (CJK) characters two, combining none."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
 
 
 def _indent(line: str) -> str:
@@ -259,9 +274,18 @@ def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -
     return text
 
 
+def read_source(path: str | Path) -> str:
+    """A Python file's text as Python reads it (its coding cookie, a UTF-8 BOM dropped), with
+    its newlines as they are (CRLF stays CRLF)."""
+    data = Path(path).read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
 def annotate_file(trace: Any, path: str, *, shapes: bool = False) -> str:
-    """The torch file at `path`, with the JAX each line produced in `trace` beside it."""
-    source = Path(path).read_text(encoding="utf-8")
+    """The torch file at `path`, with the JAX each line produced in `trace` beside it (the
+    caller encodes it back in the file's encoding)."""
+    source = read_source(path)
     source_map = SourceMap(source)
     annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))
     if not same_code(source, annotated):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import resource
 import subprocess
@@ -36,7 +37,8 @@ class Renderers:
 
     def comments(self, trace, path, *, shapes=False):
         self.traces.append(trace)
-        return f"# {Path(path).name}: {trace.entry}, {len(trace.jaxpr.jaxpr.eqns)} equations\n"
+        # `# jax: ` marks annotate's own output, which -o replaces without --force.
+        return f"# jax: {Path(path).name}: {trace.entry}, {len(trace.jaxpr.jaxpr.eqns)} equations\n"
 
     def html(self, trace, path, *, shapes=False):
         self.traces.append(trace)
@@ -95,8 +97,18 @@ def test_user_prints_go_to_stderr_and_stdout_carries_only_the_result(tmp_path, c
     file = write(tmp_path / "model.py", CHATTY)
     assert main([str(file)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"# model.py: Net, {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations\n"
-    assert err == "loading model.py\ntracing forward\n"
+    assert out == f"# jax: model.py: Net, {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations\n"
+    assert err.splitlines() == [
+        "annotate: loading torch and jax",  # before the heavy imports: the first thing on screen
+        "annotate: importing model.py",
+        "loading model.py",
+        "annotate: building the model and its inputs",
+        "annotate: tracing Net",
+        "tracing forward",
+        f"annotate: rendering {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations",
+    ]
+    assert main([str(file), "-q"]) == 0
+    assert capsys.readouterr().err == "loading model.py\ntracing forward\n"
 
 
 def test_outputs_of_any_pytree_shape_and_static_python_flags(tmp_path, capsys, renderers):
@@ -167,7 +179,7 @@ def test_progress_is_reported_on_stderr_for_long_traces(tmp_path, capsys, render
     monkeypatch.setattr(tracing._progress, "PROGRESS_EVERY", 0.0)
     assert main([str(SAMPLES / "mlp.py")]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert "annotate: tracing the root module (MLP)" in lines[0]
+    assert any(line.startswith("annotate: tracing the root module (MLP): ") for line in lines)
     assert any(line.startswith("annotate: tracing fc2 (Linear): ") for line in lines)
     assert any(line.startswith("annotate: recording: ") for line in lines)
 
@@ -200,9 +212,9 @@ def test_package_modeling_file_with_relative_imports(tmp_path, capsys, renderers
                 return self.proj(rotate_half(x))
     ''')
     before = file.read_bytes()
-    assert main([str(file), "--entry", "Rotary(8)", "--inputs", "torch.randn(2, 8)"]) == 0
+    assert main([str(file), "-q", "--entry", "Rotary(8)", "--inputs", "torch.randn(2, 8)"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("# modeling.py: Rotary") and err == "modeling.py ran\n"
+    assert out.startswith("# jax: modeling.py: Rotary") and err == "modeling.py ran\n"
     (trace,) = renderers.traces
     assert trace.root.function == "Rotary.forward" and trace.root.file == str(file)
     assert file.read_bytes() == before and "mylib" not in sys.modules
@@ -266,3 +278,99 @@ def test_annotates_the_samples_for_real(capsys):
         out = capsys.readouterr().out
         assert "# " in out and file.read_bytes() == before
         assert torch.zeros(1).device.type == "cpu"
+
+
+# -- conventions: -o -, -q, -v, --version, --help -------------------------------------------------
+
+
+def test_dash_output_is_stdout(tmp_path, capsys, renderers):
+    file = write(tmp_path / "model.py", CHATTY)
+    assert main([str(file), "-q", "-o", "-"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("# jax: model.py: Net") and not (tmp_path / "-").exists()
+
+
+def test_verbose_prints_each_phase_with_its_time(tmp_path, capsys, renderers):
+    file = write(tmp_path / "model.py", CHATTY)
+    assert main([str(file), "-v"]) == 0
+    phases = [line for line in capsys.readouterr().err.splitlines() if line.startswith("annotate: ")]
+    assert [line.rsplit(" (", 1)[0] for line in phases] == [
+        "annotate: loading torch and jax", "annotate: importing model.py",
+        "annotate: building the model and its inputs", "annotate: tracing Net",
+        f"annotate: rendering {len(renderers.traces[0].jaxpr.jaxpr.eqns)} equations",
+    ]
+    assert all(line.endswith(" s)") for line in phases)
+
+
+def test_quiet_and_verbose_exclude_each_other(tmp_path, capsys):
+    assert main([str(tmp_path / "model.py"), "-q", "-v"]) == 2
+    assert capsys.readouterr().err == (
+        "error: argument -v/--verbose: not allowed with argument -q/--quiet; see annotate --help\n"
+    )
+
+
+def test_version(capsys):
+    from annotate import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"annotate (jaxside {__version__})\n"
+
+
+def test_help_names_review_exit_codes_and_the_docs(capsys):
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "annotate review TORCH_FILE PORT_FILE" in text
+    assert "130 interrupted" in text and "123 internal error" in text
+    assert "--force" in text and "- is stdout" in text and "-q, --quiet" in text
+
+
+def test_first_status_line_comes_before_torch_is_imported(tmp_path):
+    # A torch that cannot be imported: whatever the run does next, its first line is already out.
+    write(tmp_path / "site" / "torch" / "__init__.py", "raise ImportError('torch is slow to import')\n")
+    model = write(tmp_path / "model.py", "def example():\n    return abs, (1,)\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "annotate", str(model)], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])},
+    )
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[0] == "annotate: loading torch and jax"
+
+
+# -- the status display ---------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_status_on_a_terminal_is_one_line_redrawn_and_cleared(monkeypatch):
+    from annotate.status import Status
+
+    screen = Terminal()
+    status = Status(screen)
+    assert status.live
+    status.modules = {"": 0, "layers.0": 1, "layers.1": 2, "norm": 3}
+    status.phase("tracing Net")
+    status.progress(tracing._capture.Progress("tracing", 2.5, 1234, "layers.1", "Block"))
+    print("the user's print", file=status.writer())
+    status.say("wrote out.py")
+    status.close()
+    text = screen.getvalue()
+    assert "\n" not in text.split("the user's print")[0]  # the live line never scrolls
+    assert "\rannotate: tracing layers.1 (Block): 1,234 equations, module 3 of 4  " in text
+    # Every line that stays was written over a cleared live line, and the run ends with it cleared.
+    lines = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+    assert lines == ["the user's print", "annotate: wrote out.py", ""]
+
+
+def test_status_elsewhere_is_plain_lines():
+    from annotate.status import Status
+
+    log = io.StringIO()
+    status = Status(log)
+    assert not status.live
+    status.phase("tracing Net")
+    status.progress(tracing._capture.Progress("recording", 3.0, 99))
+    status.close()
+    assert log.getvalue() == "annotate: tracing Net\nannotate: recording: 99 equations, 3.0 s\n"

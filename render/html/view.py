@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # The data model and the comments printer's notes: the only render internals read here.
-from render.comments import Note, SourceMap, comment_lines, notes_for, statement_text
+from render.comments import Note, SourceMap, comment_lines, notes_for, read_source, statement_text
 from render.html import folds, highlight
 from render.html.page import document
 from render.html.runs import Runs
@@ -65,7 +65,7 @@ class _View:
         path = Path(file).resolve()
         if path not in self.maps:
             try:
-                self.maps[path] = SourceMap(path.read_text(encoding="utf-8"))
+                self.maps[path] = SourceMap(read_source(path))
             except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
                 self.maps[path] = None
         return self.maps[path]
