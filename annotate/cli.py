@@ -11,22 +11,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate.errors import (
-    EXIT_OK,
-    Context,
-    Failure,
-    UserCodeRaised,
-    run_command,
-)
+from annotate.command import run_command
+from annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
+from annotate.output import check_target, emit, write
 
-__all__ = ["build_parser", "emit", "main"]
+__all__ = ["build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,9 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(options: argparse.Namespace, context: Context) -> int:
-    from annotate.loading import find_entry, load_file, namespace_of
+    from annotate.loading import defined_names, find_entry, load_file, namespace_of
     from tracing import Capture, CaptureError, user_code
-    from tracing._capture import PROGRESS_AFTER
 
     started = time.monotonic()
     file = str(Path(options.file).resolve())
@@ -91,18 +85,24 @@ def _run(options: argparse.Namespace, context: Context) -> int:
         watch = [file]
         context.is_user_file = user_code(None, watch)
         module = load_file(options.file)
-        context.namespace = namespace_of(module)
+        context.defined = defined_names(namespace_of(module))
         watch += [_resolve_watch(item) for item in options.watch]
         entry = find_entry(module, options, abstract=options.abstract)
         context.is_user_file = user_code(entry.fn, watch)
-        capture = Capture(watch=watch, abstract=options.abstract, progress=_print_progress)
+        reported: list[Any] = []  # a capture long enough to report progress reports rendering too
+
+        def progress(report: Any) -> None:
+            reported.append(report)
+            _print_progress(report)
+
+        capture = Capture(watch=watch, abstract=options.abstract, progress=progress)
         try:
             trace = capture(entry.fn, *entry.args, **entry.kwargs)
         except CaptureError:
             raise
         except (Exception, SystemExit) as error:
             raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
-    if time.monotonic() - started > PROGRESS_AFTER:
+    if reported:
         print(f"annotate: rendering: {len(trace.jaxpr.jaxpr.eqns):,} equations, "
               f"{time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
     code = EXIT_OK
@@ -117,7 +117,7 @@ def _run(options: argparse.Namespace, context: Context) -> int:
     if options.html:
         from render.html import side_by_side
 
-        _write(side_by_side(trace, file, shapes=options.shapes), options.html, options.file, "--html")
+        write(side_by_side(trace, file, shapes=options.shapes), options.html, options.file, "--html")
     return code
 
 
@@ -133,30 +133,6 @@ def _traceback_filtering(on: bool) -> Iterator[None]:
         yield
     finally:
         jax.config.update("jax_traceback_filtering", previous)
-
-
-def emit(text: str, options: argparse.Namespace) -> None:
-    """Write the result to ``-o`` (only if it changed) or to stdout."""
-    if options.output:
-        _write(text, options.output, options.file, "-o")
-    else:
-        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
-        sys.stdout.flush()
-
-
-def _write(text: str, path: str, file: str, flag: str) -> None:
-    target = Path(path)
-    _check_target(path, file, flag)
-    try:
-        if target.exists() and target.read_bytes() == text.encode("utf-8"):
-            print(f"annotate: {path} unchanged", file=sys.stderr)
-            return
-        with open(target, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-    except OSError as error:
-        raise Failure(f"cannot write it ({error.strerror})",
-                      "choose a path in a directory you can write to", file=path) from None
-    print(f"annotate: wrote {path}", file=sys.stderr)
 
 
 def _check_options(options: argparse.Namespace) -> None:
@@ -176,26 +152,7 @@ def _check_options(options: argparse.Namespace) -> None:
                       file=options.output)
     for flag, path in (("-o", options.output), ("--html", options.html)):
         if path:
-            _check_target(path, options.file, flag)
-
-
-def _check_target(path: str, file: str, flag: str) -> None:
-    target = Path(path)
-    source = Path(file)
-    if target.resolve() == source.resolve() or (
-        target.exists() and source.exists() and os.path.samefile(target, source)
-    ):
-        raise Failure(f"{flag} names FILE itself, and annotate never overwrites its input",
-                      f"write somewhere else, e.g. {flag} {source.stem}_jax.py", file=path)
-    if target.is_dir():
-        raise Failure(f"{flag} names a directory", "give a file path", file=path)
-    directory = target.resolve().parent
-    if not directory.is_dir():
-        raise Failure(f"its directory {directory} does not exist", f"create it, or choose another {flag}",
-                      file=path)
-    if not os.access(directory, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise Failure("cannot write there (permission denied)",
-                      f"choose another {flag} in a directory you can write to", file=path)
+            check_target(path, options.file, flag)
 
 
 def _resolve_watch(item: str) -> str:

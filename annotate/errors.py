@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +62,8 @@ class Context:
     """FILE as the user wrote it."""
     is_user_file: Callable[[str], bool] = lambda _: False
     """Files that are the user's code: FILE and what `--watch` adds (tracing's own predicate)."""
-    namespace: dict[str, Any] | None = None
-    """FILE's namespace once loaded, to suggest what an expression could name."""
+    defined: list[str] = field(default_factory=list)
+    """What FILE defines (its nn.Modules, then its functions), once loaded: suggestions for an expression."""
 
     @staticmethod
     def is_library_file(filename: str) -> bool:
@@ -84,37 +83,6 @@ class Context:
             return str(resolved.relative_to(Path.cwd()))
         except ValueError:
             return str(resolved)
-
-
-def run_command(
-    parser: argparse.ArgumentParser,
-    argv: Sequence[str] | None,
-    check: Callable[[argparse.Namespace], None],
-    run: Callable[[argparse.Namespace, Context], int],
-) -> int:
-    """Parse `argv`, then `check` and `run` the command in an isolated import state, every
-    failure ending as one `error:` line with its exit code."""
-    try:
-        options = parser.parse_args(argv)
-    except SystemExit as exit:  # --help
-        return int(exit.code or 0)
-    except Failure as failure:
-        print(failure.text(), file=sys.stderr)
-        return failure.code
-    context = Context(options.file)
-    try:
-        check(options)
-        from annotate.loading import isolated
-
-        with isolated():
-            return run(options, context)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
-        failure = describe(error, context)
-        report(failure, context, error, debug=options.debug)
-        return failure.code
 
 
 def describe(error: BaseException, context: Context) -> Failure:
@@ -169,10 +137,8 @@ def _user_code_raised(wrapper: UserCodeRaised, context: Context) -> Failure:
 def _expression_failed(wrapper: UserCodeRaised, context: Context) -> Failure:
     error = wrapper.error
     fix = f"fix the expression; it is evaluated in {Path(context.file).name}'s namespace, with torch imported"
-    if isinstance(error, NameError) and context.namespace is not None:
-        from annotate.loading import defined_names
-
-        defined = defined_names(context.namespace)
+    if isinstance(error, NameError):
+        defined = context.defined
         if defined:
             fix = f"{Path(context.file).name} defines {', '.join(defined[:8])}" + (
                 ", ..." if len(defined) > 8 else ""
@@ -305,26 +271,12 @@ def _how_used(site: Any) -> tuple[str, str]:
     """How the failing expression used the value: ``branch`` (the test of an if, while, assert or
     conditional expression, with that header), ``number`` (.item(), int(), float(), range()) or
     ``other``."""
-    if site is None:
+    from render.source import expression
+
+    found = expression(site)
+    if found is None:
         return "other", ""
-    try:
-        source = Path(site.file).read_text(encoding="utf-8")
-        tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError):
-        return "other", ""
-    span = (site.line, site.col, site.end_line, site.end_col)
-    parents: dict[ast.AST, ast.AST] = {}
-    target = None
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-        # ast columns and code positions (so `Site`) both count UTF-8 bytes.
-        if isinstance(node, ast.expr) and (
-            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
-        ) == span:
-            target = node
-    if target is None:
-        return "other", ""
+    target, parents, source = found
     node = target
     while isinstance(parents.get(node), ast.BoolOp) or (
         isinstance(parents.get(node), ast.UnaryOp) and isinstance(parents[node].op, ast.Not)

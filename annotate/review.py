@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure, run_command
+from annotate.command import run_command
+from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
 
 __all__ = ["main"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from render.comments import Note, SourceMap, comment_lines, notes_for
-from render.program import lower
+from render.lower import lower
 
 _STYLE = """
 body { font: 13px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; margin: 0;

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import keyword
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -213,13 +212,3 @@ _CALLED_BUILTINS = frozenset({"range", "zip", "tuple", "list", "len", "enumerate
 
 def _is_builtin(name: str) -> bool:
     return name in _CALLED_BUILTINS
-
-
-def derived_share(scopes: Iterable[Scope]) -> tuple[int, int]:
-    """(names derived from torch identifiers, all assigned names) over the given scopes."""
-    derived = total = 0
-    for scope in scopes:
-        for source in scope.names.values():
-            total += 1
-            derived += source in DERIVED
-    return derived, total

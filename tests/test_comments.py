@@ -7,7 +7,7 @@ import textwrap
 from types import SimpleNamespace
 
 from render.comments import Note, SourceMap, notes_for, place, same_code
-from render.program import Statement
+from render.ir import Statement
 from tracing import Call, Site
 
 SOURCE = textwrap.dedent('''\
