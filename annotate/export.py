@@ -133,7 +133,7 @@ def _argument_roots(trace: Trace) -> list[str]:
     roots: list[str] = []
     for item in trace.inputs:
         if item.kind == "arg":
-            match = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
+            match = re.match(r"[^\W\d]\w*", item.name)  # an identifier of any script
             root = match.group(0) if match else item.name
             if root not in roots:
                 roots.append(root)

@@ -10,6 +10,8 @@ import ast
 import io
 import tokenize
 
+from render import text as user_text
+
 WIDTH = 100
 """Lines longer than this are split at call arguments, list items and operators; comments go
 beside a torch line only if the line stays within it."""
@@ -35,10 +37,7 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
             and isinstance(body[0].value, ast.Constant)
             and isinstance(body[0].value.value, str)
         ):
-            doc = body[0].value.value
-            lines.append(
-                f'{pad}    """{doc}"""' if "\n" not in doc else f'{pad}    """{_indent(doc, indent + 4)}'
-            )
+            lines.append(f"{pad}    {user_text.docstring(body[0].value.value, indent + 4)}")
             body = body[1:]
         for statement in body:
             lines += format_statement(statement, indent + 4)
@@ -65,13 +64,6 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
     if isinstance(node, ast.Expr):
         return _wrap(node.value, indent, pad)
     return [pad + line for line in ast.unparse(node).splitlines()]
-
-
-def _indent(doc: str, indent: int) -> str:
-    lines = doc.split("\n")
-    return "\n".join(
-        [lines[0]] + [(" " * indent + line) if line else "" for line in lines[1:]] + [" " * indent + '"""']
-    )
 
 
 def _target(node: ast.expr) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from render import text as user_text
 from render.ir import Program
 from render.layout import WIDTH, double_quotes, format_statement
 from render.lower import lower
@@ -33,7 +34,8 @@ def render_program(program: Program, *, source: str) -> str:
     if loader:
         used |= {"jnp"}
     imports = [line for name, line in _IMPORTS.items() if name in used]
-    chunks = ['"""' + _docstring(program, source) + '\n"""', "\n".join(sorted(imports, key=_import_order))]
+    docstring = user_text.docstring(_docstring(program, source))
+    chunks = [docstring, "\n".join(sorted(imports, key=_import_order))]
     if loader and program.state_paths:
         chunks.append(_state_constant(program))
     if constants:
@@ -41,8 +43,9 @@ def render_program(program: Program, *, source: str) -> str:
     chunks += ["\n".join(format_statement(d, 0)) for d in defs]
     if loader:
         chunks.append(loader)
-    text = "\n\n\n".join(chunks) + "\n"
-    return double_quotes(text)
+    text = double_quotes("\n\n\n".join(chunks) + "\n")
+    user_text.check_compiles(text, "module")
+    return text
 
 
 # -- the docstring -----------------------------------------------------------------------------------
@@ -57,7 +60,8 @@ def _docstring(program: Program, source: str) -> str:
     outputs = "outputs, new_state" if program.takes_state else "outputs"
     torch = trace.frontend == "torch"
     paragraphs = [
-        f"JAX for {source}, exported by jaxside from one traced run{' (torchax)' if torch else ''}.",
+        f"JAX for {user_text.comment(source)}, exported by jaxside from one traced run"
+        f"{' (torchax)' if torch else ''}.",
         f"Traced with {inputs}; shapes and non-tensor inputs are baked in as they were then.",
     ]
     call = ["Call it:", ""]
@@ -125,7 +129,7 @@ def _matches(pattern: str, path: str) -> bool:
 
 
 def _state_constant(program: Program) -> str:
-    items = "".join(f'\n    "{p}",' for p in _patterns(program))
+    items = "".join(f"\n    {user_text.literal(p)}," for p in _patterns(program))
     return (
         f"STATE_BUFFERS = ({items}\n)\n"
         + '"""Buffers the torch code writes in place: `state` in, new state out."""'

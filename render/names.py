@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import builtins
 import keyword
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,14 +41,19 @@ def snake(name: str) -> str:
 
 
 def identifier(text: str, default: str = "value") -> str:
-    """A valid, non-keyword identifier made from `text` (its words joined by `_`)."""
-    words = re.findall(r"[A-Za-z0-9]+", text)
-    name = "_".join(words)
+    """A valid, non-keyword identifier made from `text` (its words joined by `_`).
+
+    Letters and digits of any script are kept (`größe`, `名字`), in the NFKC form Python itself
+    reads identifiers in, so two spellings of one name cannot become two names.
+    """
+    text = unicodedata.normalize("NFKC", text)
+    words = ["".join(ch for ch in word if ("_" + ch).isidentifier()) for word in re.findall(r"[^\W_]+", text)]
+    name = "_".join(w for w in words if w)
     if not name:
         return default
     if text.startswith("_"):
         name = "_" + name  # a private helper stays private
-    elif name[0].isdigit():
+    elif not name[0].isidentifier():
         name = f"{default}_{name}"
     if keyword.iskeyword(name) or keyword.issoftkeyword(name):
         name += "_"
@@ -188,9 +195,12 @@ class Scope:
             base, source = "value", "fallback"
         base = identifier(base)
         start = 1 if temporary and base in self.preferred else 0
+        # A module-level name must not hide any builtin (`load_params` calls `isinstance`, `dict`,
+        # ...); a local hides only those generated code calls, so a torch `input` stays `input`.
+        shadowed = BUILTINS if self.outer is None else GENERATED_BUILTINS
         for i in range(start, 10_000):
             name = base if i == 0 else f"{base}_{i}"
-            if not self.taken(name) and not _is_builtin(name):
+            if not self.taken(name) and name not in shadowed:
                 self.names[name] = source
                 return name
         raise RuntimeError(f"no free name for {base!r}")
@@ -206,9 +216,9 @@ class Scope:
         )
 
 
-# Builtins the generated code calls itself; any other builtin name (`input`) is a fine local.
-_CALLED_BUILTINS = frozenset({"range", "zip", "tuple", "list", "len", "enumerate"})
-
-
-def _is_builtin(name: str) -> bool:
-    return name in _CALLED_BUILTINS
+BUILTINS: frozenset[str] = frozenset(dir(builtins))
+GENERATED_BUILTINS: frozenset[str] = frozenset(
+    {"range", "zip", "tuple", "list", "len", "enumerate", "complex"}
+)
+"""Builtins generated defs call themselves (`complex(1.0, 2.0)` for a complex literal); a local never
+takes one of these names. tests/test_injection.py checks every export against this list."""

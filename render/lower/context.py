@@ -26,7 +26,10 @@ CALL_LIKE = frozenset(
      "custom_vjp_call_jaxpr", "custom_lin"}
 )
 """Primitives that call their body once: when no rule can write one, its body inline computes the same."""
-MODULE_NAMES = frozenset({"jax", "jnp", "lax", "np", "load_params", "params", "state"})
+MODULE_NAMES = frozenset(
+    {"jax", "jnp", "lax", "np", "torch", "load_params", "_lists", "_is_state", "STATE_BUFFERS"}
+    | {"params", "state"}
+)
 INLINE_LIMIT = 60
 """A sub-expression of another torch expression is written inside it when at most this long."""
 

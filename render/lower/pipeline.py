@@ -33,8 +33,8 @@ def lower(trace: Trace) -> Program:
     root = tree.root
     tree.hoist(root)
     groups = tree.group(root)
-    entry_name = "forward" if ctx.module_entry else naming.function_name(root.call.function)
-    ctx.module.claim(entry_name, "local")
+    entry_base = "forward" if ctx.module_entry else naming.function_name(root.call.function)
+    entry_name = ctx.module.fresh(entry_base, "local")
     for height in sorted({g.height for g in groups}):
         level = [g for g in groups if g.height == height]
         for group in level:
