@@ -48,7 +48,8 @@ class Node:
 
 @dataclass(eq=False)
 class Group:
-    key: str
+    key: int
+    """The id of its nodes' signature (`CallTree.key`)."""
     nodes: list[Node]
     height: int = 0
     function: Function | None = None
@@ -59,6 +60,11 @@ class CallTree:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._ids: dict[str, int] = {}
+        """Each signature seen, by its id: a caller's signature names a callee's by id, so
+        signatures stay as long as the caller's own body however deep the calls nest."""
+        self._keys: dict[Node, int] = {}
+        """Signature ids of nodes not grouped yet, valid until the tree changes."""
         root = self.build(ctx.trace.root, None)
         assert root is not None
         self.root = root
@@ -147,8 +153,20 @@ class CallTree:
             if isinstance(v, Var) and self.ctx.resolve(v) in self.ctx.available
         ]
 
+    def key(self, node: Node) -> int:
+        """The id of `node`'s signature: equal ids, equal signatures."""
+        if node.group is not None:
+            return node.group.key
+        if node not in self._keys:
+            self._keys[node] = self._id(self.signature(node))
+        return self._keys[node]
+
+    def _id(self, signature: str) -> int:
+        return self._ids.setdefault(signature, len(self._ids))
+
     def signature(self, node: Node, exclude: frozenset[int] = frozenset()) -> str:
-        """Everything that decides how `node` renders, with values referred to by role."""
+        """Everything that decides how `node` renders, with values referred to by role (and
+        callees by the id of their signature)."""
         refs: dict[Any, tuple] = {}
         extras = 0
 
@@ -170,8 +188,10 @@ class CallTree:
                 parts.append(
                     (
                         "call",
-                        item.group.key if item.group else self.signature(item),
-                        tuple(ref(v) for v in item.inputs),
+                        self.key(item),
+                        # Its params and state come as one subtree: which leaves, the callee's
+                        # signature says, so a deep call's leaves are not listed at every level.
+                        tuple(r for r in (ref(v) for v in item.inputs) if r[0] not in ("param", "state")),
                         relative(item.anchor, node.anchor)
                         if item.anchor is not None and node.anchor is not None
                         else None,
@@ -213,7 +233,7 @@ class CallTree:
                 by_code.setdefault(node.code, []).append(node)
         changed = False
         for nodes in by_code.values():
-            if len(nodes) < 2 or len({self.signature(n) for n in nodes}) == 1:
+            if len(nodes) < 2 or len({self.key(n) for n in nodes}) == 1:
                 continue
             plans = [(n, self.hoistable(n)) for n in nodes]
             if not all(h for _, h in plans):
@@ -227,6 +247,7 @@ class CallTree:
                 for i in hoisted:
                     node.parent.hoisted[i] = node
             changed = True
+            self._keys.clear()
         if changed:
             self.dataflow(root)
 
@@ -248,12 +269,12 @@ class CallTree:
         return result
 
     def group(self, root: Node) -> list[Group]:
-        groups: dict[str, Group] = {}
+        groups: dict[int, Group] = {}
         order: list[Group] = []
 
         def visit(node: Node) -> int:
             height = max((visit(c) for c in node.children), default=-1) + 1
-            key = self.signature(node)
+            key = self._id(self.signature(node))
             group = groups.get(key)
             if group is None:
                 group = groups[key] = Group(key, [], height)
