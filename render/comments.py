@@ -103,7 +103,7 @@ def comment_lines(note: Note, indent: str = "", width: int | None = None) -> lis
     """The note as comment lines; with a `width`, long statements are wrapped to fit it."""
     suffix = f"  ×{note.count}" if note.count > 1 else ""
     if note.variants > 1:
-        suffix += f"  ({note.variants} forms: calls differ in shapes or dtypes)"
+        suffix += f"  ({note.variants} forms: calls differ in shapes, dtypes or what they call)"
     lines = []
     for text in note.texts:
         wrapped = wrap_text(text, len(indent) + 2, width) if width else [text]
