@@ -24,11 +24,12 @@ test: setup test-frames browser
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Debian's Chromium renders the HTML view in a test; installed when we may (root with apt).
+# Debian's Chromium and its driver run the HTML views in tests; installed when we may (root with apt).
 browser:
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-		&& apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
-		|| echo "chromium is not installed: the HTML screenshot test will be skipped"
+	@{ command -v chromium && command -v chromedriver; } >/dev/null || { [ "$$(id -u)" = 0 ] \
+		&& command -v apt-get >/dev/null && apt-get update -qq \
+		&& apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+		|| echo "chromium or chromedriver is not installed: the HTML view tests will be skipped"
 
 # The frame recorder's tests under each extra interpreter, in a small venv of its own.
 test-frames:

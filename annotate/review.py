@@ -70,7 +70,8 @@ def _run(options: argparse.Namespace) -> int:
     inputs = _input_pairs(torch_trace, port_trace, mapping.pairs)
     alignment = align(torch, port, inputs, options.rtol, options.atol)
     outputs_close = _outputs_close(torch, alignment)
-    from annotate.review_report import html_page, text
+    from annotate.review_html import html_page
+    from annotate.review_report import text
 
     sys.stdout.write(text(options, torch, port, alignment, mapping, outputs_close))
     if options.html:

@@ -1,9 +1,8 @@
-"""The review's report: per torch line the port line and error, the first divergence, what did not line up."""
+"""The review's text report: per torch line the port lines and error, the first divergence, the unpaired."""
 
 from __future__ import annotations
 
 import argparse
-import html
 from pathlib import Path
 from typing import Any
 
@@ -74,40 +73,3 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
     out.append("outputs match" if outputs_close else "outputs DIVERGE")
     return "\n".join(out) + "\n"
 
-
-_STYLE = """
-body { font: 13px/1.45 ui-monospace, Menlo, Consolas, monospace; margin: 0; }
-header { padding: 10px 16px; border-bottom: 1px solid #d0d7de; font-family: system-ui, sans-serif; }
-.cols { display: flex; } .cols > div { flex: 1; overflow: auto; border-right: 1px solid #d0d7de; }
-.l { white-space: pre; } .n { color: #8c959f; display: inline-block; width: 3.5em; text-align: right; }
-.ok { background: #dafbe1; } .bad { background: #ffebe9; } .first { background: #ff8182; font-weight: bold; }
-.e { color: #8250df; }
-"""
-
-
-def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any) -> str:
-    """Both files side by side: torch lines coloured by whether their values matched, port lines by
-    whether they were paired; the first divergence in red on both sides."""
-    table = rows(torch, port, alignment)
-    first = alignment.first
-    torch_first = site_of(torch, first.torch_var).line if first else None
-    port_first = site_of(port, first.port_var).line if first else None
-    port_ok: dict[int, bool] = {}
-    for lines, _, ok, _ in table.values():
-        for n in lines:
-            port_ok[n] = port_ok.get(n, True) and ok
-    left = []
-    for n, line in enumerate(Path(options.file).read_text(encoding="utf-8").splitlines(), start=1):
-        lines, err, ok, seen = table.get(n, (set(), None, True, False))
-        cls = "first" if n == torch_first else ("ok" if ok else "bad") if seen else ""
-        note = f"  <span class=e>→ {','.join(map(str, sorted(lines)))}  {err:.2g}</span>" if seen else ""
-        left.append(f"<div class='l {cls}'><span class=n>{n}</span> {html.escape(line)}{note}</div>")
-    right = []
-    for n, line in enumerate(Path(options.port).read_text(encoding="utf-8").splitlines(), start=1):
-        cls = "first" if n == port_first else ("ok" if port_ok[n] else "bad") if n in port_ok else ""
-        right.append(f"<div class='l {cls}'><span class=n>{n}</span> {html.escape(line)}</div>")
-    title = f"review: {Path(options.file).name} against {Path(options.port).name}"
-    return ("<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<header><b>{html.escape(title)}</b></header><div class=cols><div>{''.join(left)}</div>"
-            f"<div>{''.join(right)}</div></div></body></html>\n")

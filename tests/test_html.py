@@ -1,73 +1,210 @@
-"""The HTML view: self-contained, aligned, and rendered by a real headless Chromium."""
+"""The side-by-side view, traced from a real two-file model and looked at in a real headless Chromium."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import textwrap
+import re
 from pathlib import Path
 
 import pytest
+import torch
+from browser import chrome, in_view, needs_browser
 
-from render.comments import Note, SourceMap
-from render.html import render_page
+from annotate.loading import load_file
+from render.html import side_by_side
+from render.html.highlight import lines
+from tracing import Capture
 
-SOURCE = textwrap.dedent('''\
-    import torch
-
-
-    def block(x, w):
-        h = x @ w
-        return torch.sin(h) + h
-''')
+HELPER = '''\
+import torch
 
 
-def page() -> str:
-    notes = {4: Note(["jax: def block_fn(x, w)"], 2), 5: Note(["h = x @ w"], 2),
-             6: Note(["sin_h = jnp.sin(h)", "out = sin_h + h"], 2)}
-    return render_page(SourceMap(SOURCE), notes, {"block_fn": (4, 6)}, "block.py in JAX")
+def gate(x):
+    return torch.sigmoid(x) * x
+'''
+
+MODEL = '''\
+"""A model for the view: config, __init__, a skipped branch, two identical layers, a call to another file."""
+
+import torch
+from torch import nn
+
+from view_helper import gate
+
+WIDTH = 8
+DEPTH = 2
 
 
-def test_page_is_self_contained_and_aligned():
-    text = page()
-    assert "http://" not in text and "https://" not in text and "<link" not in text
-    # One row per torch line, the JAX of a line in the same row.
-    assert text.count(" data-line=") == len(SOURCE.splitlines())
-    assert '<td class=torch>    h = x @ w</td><td class=jax>h = x @ w<span class="count">  ×2</span>' in text
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(WIDTH, WIDTH)
+        self.scale = 2.0
+        self.enabled = True
+
+    def forward(self, x):
+        if x.shape[0] > 100:
+            x = x * 0.5
+            x = torch.tanh(x)
+        else:
+            x = torch.sin(x)
+        return gate(self.proj(x)) * self.scale
 
 
-def chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer() for _ in range(DEPTH)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+'''
 
 
-@pytest.mark.skipif(chromium() is None and not os.environ.get("CI"), reason="no chromium here")
-def test_chromium_renders_both_columns(tmp_path: Path):
-    from PIL import Image
+@pytest.fixture(scope="module")
+def view(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("view")
+    (folder / "view_helper.py").write_text(HELPER)
+    model_file = folder / "view_model.py"
+    model_file.write_text(MODEL)
+    module = load_file(str(model_file))
+    torch.manual_seed(0)
+    trace = Capture(watch=[str(folder / "view_helper.py")])(module.Net().eval(), torch.randn(4, 8))
+    page = folder / "view.html"
+    page.write_text(side_by_side(trace, str(model_file)), encoding="utf-8")
+    return page, MODEL
 
-    assert chromium(), "CI must have Debian's chromium (make test installs it)"
-    html_file = tmp_path / "view.html"
-    html_file.write_text(page(), encoding="utf-8")
-    shot = tmp_path / "view.png"
-    subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,400",
-         f"--screenshot={shot}", html_file.as_uri()],
-        check=True, capture_output=True, timeout=120,
-    )
-    image = Image.open(shot).convert("RGB")
-    width, height = image.size
-    pixels = image.load()
 
-    def inked(x0: int, x1: int, color) -> int:
-        return sum(color(pixels[x, y]) for x in range(x0, x1, 2) for y in range(0, height, 2))
+def _line(text: str) -> int:
+    (number,) = [n for n, line in enumerate(MODEL.splitlines(), start=1) if text in line]
+    return number
 
-    def dark(p):
-        return sum(p) < 250
 
-    def jax_blue(p):  # the JAX column's text colour, #0a3069
-        return p[2] > p[0] + 40 and sum(p) < 450
+def test_highlighted_lines_keep_the_text_and_close_every_span():
+    source = 'x = """a\nb"""  # note\n  y = f(x, 2)\n'
+    rendered = lines(source, cuts={3: [6, 10]})
+    assert [re.sub(r"<[^>]+>", "", line).replace("&quot;", '"') for line in rendered] == source.splitlines()
+    assert all(line.count("<span") == line.count("</span>") for line in rendered)
+    assert "<i data-c=6>f(x,</i>" in rendered[2]
 
-    assert inked(40, width // 2, dark) > 200, "the torch column rendered no text"
-    assert inked(width // 2 + 40, width, jax_blue) > 200, "the JAX column rendered no text"
+
+def test_page_is_one_offline_file(view):
+    text = view[0].read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text) and "<link" not in text
+    assert "<style>" in text and "<script>" in text
+    assert "@media (prefers-color-scheme: dark)" in text
+    assert "word-break: break-all" not in text
+
+
+@needs_browser()
+def test_both_columns_linked_and_dimmed_in_chromium(view):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    page, _ = view
+    with chrome() as driver:
+        driver.get(page.as_uri())
+        row = lambda n: driver.find_element(By.ID, f"f0-L{n}")  # noqa: E731
+
+        # The first screen shows where the JAX is: config and __init__ are folded away.
+        init = row(_line("self.proj = nn.Linear"))
+        assert not init.is_displayed()
+        layer_def = row(_line("if x.shape[0] > 100") - 1)  # Layer.forward
+        assert in_view(driver, layer_def)
+        # Both columns hold the code, highlighted: torch text on the left, its JAX on the right.
+        sin_row = row(_line("x = torch.sin(x)"))
+        assert sin_row.find_element(By.CSS_SELECTOR, "td.t").text.strip() == "x = torch.sin(x)"
+        jax = sin_row.find_element(By.CSS_SELECTOR, "td.j").text.strip()
+        assert re.fullmatch(r"\w+ = jnp\.sin\(\w+\)\s*×2", jax), jax  # ran once in each of the 2 layers
+        spans = layer_def.find_elements(By.CSS_SELECTOR, "td.t span")
+        colours = {e.value_of_css_property("color") for e in spans}
+        assert len(colours) >= 2, "the def line is not highlighted"
+        # The repeated layer is shown once, with its count.
+        assert "×2" in layer_def.find_element(By.CSS_SELECTOR, "td.j").text
+        # The branch that did not run is dimmed; the one that ran is not.
+        skipped = row(_line("x = torch.tanh(x)"))
+        assert "dim" in skipped.get_attribute("class")
+        assert float(skipped.find_element(By.CSS_SELECTOR, "td.t").value_of_css_property("opacity")) < 0.6
+        assert float(sin_row.find_element(By.CSS_SELECTOR, "td.t").value_of_css_property("opacity")) == 1
+
+        # Hover a JAX statement: the torch expression it came from is marked.
+        statement = sin_row.find_element(By.CSS_SELECTOR, ".st[data-site]")
+        ActionChains(driver).move_to_element(statement).perform()
+        marked = "".join(e.text for e in sin_row.find_elements(By.CSS_SELECTOR, "td.t i.mk"))
+        assert marked == "torch.sin(x)"
+        # Hover a torch line: its JAX lights up.
+        ActionChains(driver).move_to_element(sin_row.find_element(By.CSS_SELECTOR, "td.t")).perform()
+        assert "hot" in sin_row.get_attribute("class")
+
+        # Every link on the page leads somewhere on the page.
+        targets = driver.execute_script("return [...document.querySelectorAll('a[href^=\"#\"]')]"
+                                        ".map(a => a.getAttribute('href').slice(1))")
+        assert targets and all(driver.find_elements(By.ID, t) for t in targets), targets
+        # The call into the other file goes to its def, unfolded, and Back returns to the call.
+        call_row = row(_line("return gate(self.proj(x))"))
+        link = call_row.find_element(By.CSS_SELECTOR, "a.fn[href='#def-gate']")
+        link.click()
+        target = driver.find_element(By.ID, "def-gate")
+        assert in_view(driver, target) and "torch.sigmoid" in target.find_element(
+            By.XPATH, "./ancestor::tr").find_element(By.XPATH, "following-sibling::tr").text
+        back = driver.find_element(By.ID, "back")
+        assert "view_model.py:" in back.text
+        back.click()
+        driver.execute_script("return new Promise(r => setTimeout(r, 300))")
+        assert in_view(driver, call_row)
+        # Folds open from their bar.
+        driver.find_element(By.CSS_SELECTOR, "tbody.fold tr.bar button").click()
+        assert row(1).is_displayed()
+
+
+@needs_browser()
+def test_dark_theme_follows_the_system_and_identifiers_never_break(view):
+    from selenium.webdriver.common.by import By
+
+    page, _ = view
+    with chrome(width=700, dark=True) as driver:
+        driver.get(page.as_uri())
+        background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        red, green, blue = map(int, re.findall(r"\d+", background)[:3])
+        assert red + green + blue < 150, background
+        driver.find_element(By.ID, "unfold").click()
+        broken = driver.execute_script(
+            "return [...document.querySelectorAll('a.fn, span.f, span.b, span.m')]"
+            ".filter(e => e.getClientRects().length > 1).map(e => e.textContent)")
+        assert broken == []
+
+
+RUNS_SOURCE = '''\
+def f(x, flag):
+    if flag is None:
+        raise ValueError("no flag")
+    if x is None:
+        return None
+    y = x + 1
+    # a comment in code that ran
+    return y
+
+
+def never(x):
+    return x
+'''
+
+
+def test_lines_that_did_not_run_are_told_from_the_evidence(tmp_path: Path):
+    """A raise-only branch of a call that returned, and a return branch the call went past, did not run;
+    a def never called did not run; comments in code that ran count as run."""
+    import ast
+
+    from render.html.runs import Runs
+    from tracing.trace import Call, Site
+
+    file = tmp_path / "runs.py"
+    file.write_text(RUNS_SOURCE)
+    site = Site(str(file), 6, 6, 8, 13, "x + 1")
+    call = Call("f", str(file), 1, eqns=[0], bindings=[("y", 6, object())])
+    root = Call("<entry>", str(file), 0, children=[call])
+    trace = type("FakeTrace", (), {"root": root, "eqn_sites": [site]})()
+    runs = Runs(trace, str(file), ast.parse(RUNS_SOURCE))
+    not_run = {n for n in range(1, len(RUNS_SOURCE.splitlines()) + 1) if n not in runs.ran}
+    assert not_run == {3, 5, 9, 10, 11, 12}

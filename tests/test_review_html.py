@@ -1,0 +1,60 @@
+"""The review's page: port lines beside their torch lines, a legend, and the first divergence, in Chromium."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from browser import chrome, in_view, needs_browser
+
+from annotate.cli import main
+from annotate.review_html import _aligned
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+def _line(path: Path, text: str) -> int:
+    (number,) = [n for n, line in enumerate(path.read_text().splitlines(), start=1) if text in line]
+    return number
+
+
+def test_rows_follow_the_port_with_each_torch_line_once():
+    # torch 10 paired with port 3 and 5; torch 12 with port 4; torch 11 had no port value.
+    table = {10: ({3, 5}, 0.0, True, True), 11: (set(), None, True, False), 12: ({4}, 2.0, False, True)}
+    assert _aligned(table, 6) == [(1, []), (2, []), (3, [10]), (None, [11]), (4, [12]), (5, []), (6, [])]
+
+
+@needs_browser()
+def test_broken_rope_review_page_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from selenium.webdriver.common.by import By
+
+    port = SAMPLES / "llama_port_broken_rope.py"
+    page = tmp_path / "review.html"
+    assert main(["review", str(SAMPLES / "llama_model.py"), str(port), "--html", str(page)]) == 1
+    capsys.readouterr()
+    torch_line = _line(SAMPLES / "llama_model.py", "rotated = torch.stack(")
+    port_line = _line(port, "rotated = jnp.stack(")
+    with chrome() as driver:
+        driver.get(page.as_uri())
+        legend = driver.find_element(By.CSS_SELECTOR, ".legend").text
+        assert all(word in legend for word in ("paired, equal", "paired, differs", "first divergence"))
+        # The banner names the torch line; its link leads to the marked row, with both lines in it.
+        banner = driver.find_element(By.ID, "first")
+        assert f"llama_model.py:{torch_line}" in banner.text and f"{port.name}:{port_line}" in banner.text
+        banner.find_element(By.TAG_NAME, "a").click()
+        (first,) = driver.find_elements(By.CSS_SELECTOR, "tr.first")
+        assert in_view(driver, first)
+        cells = first.find_elements(By.TAG_NAME, "td")
+        assert cells[0].text == str(torch_line) and cells[1].text.strip().startswith("rotated = torch.stack(")
+        assert cells[3].text == str(port_line) and cells[4].text.strip().startswith("rotated = jnp.stack(")
+        mark = first.find_element(By.CSS_SELECTOR, ".q .ln")
+        assert "first divergence" in driver.execute_script(
+            "return getComputedStyle(arguments[0], '::after').content", mark)
+        # A correct line sits beside the torch line it computes, in green.
+        keys = driver.find_element(By.ID, f"p-L{_line(port, 'values = cache')}")
+        assert "ok" in keys.get_attribute("class").split()
+        assert keys.find_element(By.CSS_SELECTOR, "td.t").text.strip() == "v_out[:, :, input_pos] = v_val"
+        # Every port line is on the page once, in order.
+        numbers = [int(n) for n in driver.execute_script(
+            "return [...document.querySelectorAll('tr.r td:nth-child(4)')].map(td => td.textContent)") if n]
+        assert numbers == list(range(1, len(port.read_text().splitlines()) + 1))
