@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(options: argparse.Namespace, context: Context) -> int:
     from annotate.loading import defined_names, find_entry, load_file, namespace_of
-    from tracing import Capture, CaptureError, user_code
+    from tracing import PROGRESS_AFTER, Capture, CaptureError, user_code
 
     started = time.monotonic()
     file = str(Path(options.file).resolve())
@@ -89,20 +89,14 @@ def _run(options: argparse.Namespace, context: Context) -> int:
         watch += [_resolve_watch(item) for item in options.watch]
         entry = find_entry(module, options, abstract=options.abstract)
         context.is_user_file = user_code(entry.fn, watch)
-        reported: list[Any] = []  # a capture long enough to report progress reports rendering too
-
-        def progress(report: Any) -> None:
-            reported.append(report)
-            _print_progress(report)
-
-        capture = Capture(watch=watch, abstract=options.abstract, progress=progress)
+        capture = Capture(watch=watch, abstract=options.abstract, progress=_print_progress)
         try:
             trace = capture(entry.fn, *entry.args, **entry.kwargs)
         except CaptureError:
             raise
         except (Exception, SystemExit) as error:
             raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
-    if reported:
+    if time.monotonic() - started > PROGRESS_AFTER:
         print(f"annotate: rendering: {len(trace.jaxpr.jaxpr.eqns):,} equations, "
               f"{time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
     code = EXIT_OK

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from annotate.command import run_command
 from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
+from annotate.review_map import read_params_map
 
 __all__ = ["main"]
 
@@ -33,10 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--inputs", metavar="EXPR", help="torch inputs, a tuple expression; the port gets them too")
     add("--kwargs", metavar="EXPR", help="torch keyword inputs, a dict expression")
     add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound")
-    add("--port-entry", metavar="NAME", default="forward", help="the port's function (default: forward); "
-        "its leading arguments are weight pytrees, its last ones take the torch inputs")
+    add("--port-entry", metavar="NAME", help="the port's function, module or factory (default: forward, "
+        "else build): a function's leading arguments are weight pytrees, its last ones take the torch "
+        "inputs; a Flax NNX, Flax Linen or Equinox module (or a function returning one) is called on them")
     add("--params-map", metavar="FILE", help="a Python file defining PARAMS_MAP = {port leaf path: "
-        "state_dict name}, e.g. {\"params['embed']\": 'tok_embeddings.weight'}; overrides the guess")
+        "state_dict name}, e.g. {\"params['embed']\": 'tok_embeddings.weight'} or, for a module port, "
+        "{'layers.0.attn.q.kernel': 'layers.0.attention.wqkv.weight[0:64]'}; overrides the guess")
     add("--rtol", type=float, default=1e-5, metavar="X", help="relative tolerance (default 1e-5)")
     add("--atol", type=float, default=1e-6, metavar="X", help="absolute tolerance (default 1e-6)")
     add("--html", metavar="PATH", help="also write a two-column HTML view of both files to PATH")
@@ -67,7 +70,7 @@ def _run(options: argparse.Namespace) -> int:
         port_trace, port_args, mapping = _port_side(options, state, data)
         torch = side(torch_trace, torch_args)
         port = side(port_trace, port_args)
-    inputs = _input_pairs(torch_trace, port_trace, mapping.pairs)
+    inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
     alignment = align(torch, port, inputs, options.rtol, options.atol)
     outputs_close = _outputs_close(torch, alignment)
     from annotate.review_html import html_page
@@ -120,18 +123,86 @@ def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, 
 
 
 def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) -> tuple[Any, list, Any]:
+    """The port's trace, its input values, and how its weights were mapped."""
+    from annotate.errors import UserCodeRaised
+    from annotate.review_frameworks import module_port
+
+    module = _load_port(options.port)
+    name = options.port_entry or ("forward" if hasattr(module, "forward") else "build")
+    entry = getattr(module, name, None)
+    if entry is None or not callable(entry) and not isinstance(entry, tuple):
+        what = f"no {name}" if options.port_entry else "no forward (a function) or build (returning a module)"
+        raise Failure(f"defines {what}", "name the port's function, module or factory with --port-entry",
+                      file=options.port)
+    try:
+        port = module_port(entry, data)
+        if port is None and _is_factory(entry):
+            built = entry()
+            port = module_port(built, data)
+            if port is None:
+                raise Failure(f"{name}() returned {type(built).__name__}, not a Flax NNX, Flax Linen or "
+                              "Equinox module", "return the model (a Linen one with its variables)",
+                              file=options.port)
+    except Failure:
+        raise
+    except Exception as error:
+        raise UserCodeRaised(f"building the port from {name}", error) from error
+    if port is None and inspect.isclass(entry):
+        raise Failure(f"{name} is a class that needs arguments", f"name a function that returns a {name}",
+                      file=options.port)
+    if port is not None:
+        from annotate.review_modules import trace_module
+
+        return trace_module(options, port, state, data)
+    return _function_side(options, entry, name, state, data)
+
+
+def _load_port(path: str) -> Any:
+    """Import the port; a framework it needs that is missing is bad input, said in one line."""
+    from annotate.errors import UserCodeRaised
+    from annotate.loading import load_file
+    from annotate.review_frameworks import FRAMEWORKS
+
+    try:
+        return load_file(path)
+    except UserCodeRaised as raised:
+        error = raised.error
+        root = (getattr(error, "name", None) or "").split(".")[0]
+        if not isinstance(error, ModuleNotFoundError) or root not in FRAMEWORKS:
+            raise
+        file = str(Path(path).resolve())
+        frames = [f for f in _frames(error.__traceback__) if str(Path(f.tb_frame.f_code.co_filename)) == file]
+        raise Failure(f"needs {root}, which is not installed", f"pip install 'jaxside[review]' (or {root})",
+                      file=path, line=frames[-1].tb_lineno if frames else None) from None
+
+
+def _frames(tb: Any) -> list[Any]:
+    found = []
+    while tb is not None:
+        found.append(tb)
+        tb = tb.tb_next
+    return found
+
+
+def _is_factory(entry: Any) -> bool:
+    """A function or class that builds the port from nothing: every parameter has a default."""
+    try:
+        parameters = inspect.signature(entry).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in parameters)
+
+
+def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[str, Any],
+                   data: tuple) -> tuple[Any, list, Any]:
+    """A port written as a function over dicts and lists of arrays: its weights found by probing."""
     import jax
 
     from annotate.errors import UserCodeRaised
-    from annotate.loading import load_file
     from annotate.review_map import assign, discover
     from tracing import Capture
 
-    module = load_file(options.port)
-    fn = getattr(module, options.port_entry, None)
-    if not callable(fn):
-        raise Failure(f"defines no function {options.port_entry}", "name the port's entry with --port-entry",
-                      file=options.port)
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     required = [p.name for p in inspect.signature(fn).parameters.values()
                 if p.default is inspect.Parameter.empty and p.kind in positional]
@@ -143,7 +214,7 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
         raise Failure(f"the port reads {error.args[0]}, which no torch weight resembles",
                       "map it in a --params-map file", file=options.port) from None
     except Exception as error:
-        raise UserCodeRaised(f"running {options.port_entry} to find its weights", error) from error
+        raise UserCodeRaised(f"running {name} to find its weights", error) from error
     overrides = _params_map(options.params_map, state) if options.params_map else {}
     if overrides:
         leaves = [path for probe in probes for path in probe.leaves()]
@@ -158,30 +229,27 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
     try:
         trace = Capture(watch=[str(Path(options.port).resolve())])(fn, *args)
     except Exception as error:
-        raise UserCodeRaised(f"tracing {options.port_entry}", error) from error
+        raise UserCodeRaised(f"tracing {name}", error) from error
     values = jax.tree_util.tree_leaves(args)
     if len(values) != len(trace.inputs):
-        raise Failure(f"{options.port_entry} took {len(trace.inputs)} arrays, review built {len(values)}",
+        raise Failure(f"{name} took {len(trace.inputs)} arrays, review built {len(values)}",
                       "give the port's weights as dicts and lists of arrays", file=options.port)
+    mapping.inputs = dict(mapping.pairs)
     return trace, values, mapping
 
 
 def _params_map(path: str, state: dict[str, Any]) -> dict[str, str]:
-    namespace: dict[str, Any] = {"__file__": path}
-    exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
-    given = namespace.get("PARAMS_MAP")
-    if not isinstance(given, dict):
-        raise Failure("defines no dict PARAMS_MAP", "write PARAMS_MAP = {port leaf path: state_dict name}",
-                      file=path)
+    given = read_params_map(path)
     for port, name in given.items():
         if name not in state:
             raise Failure(f"PARAMS_MAP maps {port} to {name!r}, which is not in the torch state_dict",
                           f"use one of {', '.join(list(state)[:4])}, ...", file=path)
-    return dict(given)
+    return given
 
 
 def _input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> dict[Any, Any]:
-    """Torch input var -> port input var: mapped weights by name, data inputs in order."""
+    """Torch input var -> port input var: mapped weights by name (`pairs`: port input name -> torch
+    name), data inputs in order."""
     port_by_name = {item.name: item.var for item in port_trace.inputs}
     mapped = {name: port for port, name in pairs.items()}
     result = {}

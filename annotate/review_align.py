@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 
 
@@ -56,7 +57,12 @@ def evaluate(closed: Any, args: list[Any]) -> dict[Any, np.ndarray]:
         for var, value in zip(eqn.outvars, outs):
             if not isinstance(var, DropVar):
                 env[var] = value
-    return {var: np.asarray(value) for var, value in env.items()}
+    # Random keys (torchax threads one through every capture) are not values a port computes.
+    return {
+        var: np.asarray(value)
+        for var, value in env.items()
+        if not jax.dtypes.issubdtype(getattr(value, "dtype", np.float32), jax.dtypes.prng_key)
+    }
 
 
 def side(trace: Any, args: list[Any]) -> Side:
@@ -99,10 +105,13 @@ def _ancestors(jaxpr: Any) -> dict[Any, frozenset[Any]]:
 
 
 def close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    """Equal within tolerance, element by element in row-major order (a reshape is the same value)."""
+    return a.size == b.size and bool(np.allclose(a.reshape(-1), b.reshape(-1), rtol=rtol, atol=atol,
+                                                 equal_nan=True))
 
 
 def error(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1), b.reshape(-1)
     with np.errstate(invalid="ignore"):
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
     both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
@@ -111,8 +120,9 @@ def error(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float) -> Alignment:
-    """Pair each torch checkpoint with a port value: first one equal within tolerance (same shape and
-    dtype); failing that, the first unpaired port value of that shape computed from the port
+    """Pair each torch checkpoint with a port value: first one equal within tolerance (same size and
+    dtype, compared in row-major order); failing that, the first unpaired port value of that shape
+    computed from the port
     partners of the torch value's nearest paired ancestors: that one is where the numbers part."""
     partner: dict[Any, Any] = dict(inputs)
     used: set[Any] = set(inputs.values())
@@ -130,7 +140,8 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
             pairs.append(Pair(var, chosen, error(value, port.values[chosen]), True))
             continue
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
-        below = [p for p in same if p not in used and anchors and anchors <= port.ancestors[p]]
+        below = [p for p in same if p not in used and anchors and anchors <= port.ancestors[p]
+                 and port.values[p].shape == value.shape]
         counterpart = min(below, key=port_order.__getitem__) if below else None
         err = error(value, port.values[counterpart]) if counterpart is not None else None
         pairs.append(Pair(var, counterpart, err, False))
@@ -140,7 +151,9 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
 
 
 def _same_type(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype
+    """Comparable: as many elements of one dtype (the port may keep a value in another shape,
+    `(batch, seq, heads, head_dim)` for torch's `(batch, seq, heads * head_dim)`)."""
+    return a.size == b.size and a.dtype == b.dtype
 
 
 def _anchors(var: Any, torch: Side, partner: dict[Any, Any]) -> set[Any]:

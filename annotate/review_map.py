@@ -5,39 +5,65 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from annotate.errors import Failure
 
 # Words ports and torch models use for the same thing; each group is one token after normalising.
 _SYNONYMS = [
-    {"attn", "attention", "self_attn"},
+    {"attn", "attention", "self_attn", "self_attention"},
     {"mlp", "ffn", "feed_forward", "feedforward"},
-    {"embed", "embedding", "embeddings", "tok_embeddings", "wte"},
-    {"lm_head", "output", "head", "unembed"},
+    {"embed", "embedding", "embeddings", "tok_embeddings", "wte", "embed_tokens", "token_embedder"},
+    {"lm_head", "output", "head", "unembed", "logits_dense"},
     {"blocks", "layers", "layer", "h"},
-    {"k", "k_cache", "keys"},
-    {"v", "v_cache", "values"},
+    {"k", "k_cache", "keys", "cached_key", "cache_k"},
+    {"v", "v_cache", "values", "cached_value", "cache_v"},
+    # Projections: gpt-fast / Meta names, Hugging Face names, Flax (MaxText) names.
+    {"wq", "q_proj", "query"},
+    {"wk", "k_proj", "key"},
+    {"wv", "v_proj", "value"},
+    {"wo", "o_proj", "out_proj", "out"},
+    {"w1", "gate_proj", "wi_0"},
+    {"w3", "up_proj", "wi_1"},
+    {"w2", "down_proj"},
     {"rope", "freqs_cis", "rotary", "rotary_emb"},
-    {"final_norm", "norm", "ln_f"},
-    {"attn_norm", "attention_norm", "input_layernorm", "ln_1"},
-    {"mlp_norm", "ffn_norm", "post_attention_layernorm", "ln_2"},
+    {"final_norm", "norm", "ln_f", "decoder_norm"},
+    {"attn_norm", "attention_norm", "input_layernorm", "ln_1", "pre_self_attention_layer_norm"},
+    {"mlp_norm", "ffn_norm", "post_attention_layernorm", "ln_2", "post_self_attention_layer_norm"},
 ]
 _CANON = {word: min(group) for group in _SYNONYMS for word in group}
-_NOISE = {"weight", "kv_cache", "params", "caches", "cache"}
+ROLES = set(_CANON.values())
+"""The normalised words that name a known role (`q_proj` for `wq`, `query`, ...)."""
+_NOISE = {"weight", "kv_cache", "params", "caches", "cache", "kernel", "scale"}
 
 
 @dataclass
 class Mapping:
-    """Port leaf path (`params['blocks'][0]['attn']['wqkv']`) -> torch state_dict name."""
+    """Port leaf path (`params['blocks'][0]['attn']['wqkv']`) -> torch state_dict name; for a module
+    port, how the leaf is made (`layers.0.attention.wqkv.weight[0:64].T as [64, 4, 16]`)."""
 
     pairs: dict[str, str] = field(default_factory=dict)
     unmapped_port: list[str] = field(default_factory=list)
     unused_torch: list[str] = field(default_factory=list)
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Name of a port trace input -> the torch tensor it was given (or made from)."""
+    note: str = ""
+    """What the report adds about how the weights were mapped."""
 
 
 def tokens(path: str) -> list[str]:
     """Normalised words of a path: synonyms folded, `weight` and cache wrappers dropped."""
-    words = [w for w in re.split(r"[.\[\]'\"]+", path) if w]
-    return [_CANON.get(w.lower(), w.lower()) for w in words if w.lower() not in _NOISE]
+    words = [w.lower() for w in re.split(r"[./\[\]'\"]+", path) if w]
+    result = []
+    for word in words:
+        if word in _NOISE:
+            continue
+        # Flax Linen numbers its submodules `layers_0`: the index is a word of its own.
+        numbered = re.fullmatch(r"(\w*[a-z])_(\d+)", word) if word not in _CANON else None
+        parts = [numbered.group(1), numbered.group(2)] if numbered else [word]
+        result += [_CANON.get(part, part) for part in parts]
+    return result
 
 
 def similarity(port: str, torch_name: str) -> float:
@@ -169,3 +195,14 @@ def discover(fn: Any, names: list[str], state: dict[str, Any], weight_args: list
     jax.eval_shape(lambda *data: fn(*probes, *data), *data_args)
     leaves = [path for probe in probes for path in probe.leaves()]
     return probes, assign(leaves, state)
+
+
+def read_params_map(path: str) -> dict[str, str]:
+    """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name}."""
+    namespace: dict[str, Any] = {"__file__": path}
+    exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
+    given = namespace.get("PARAMS_MAP")
+    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
+        raise Failure("defines no dict PARAMS_MAP of strings",
+                      "write PARAMS_MAP = {port leaf path: state_dict name}", file=path)
+    return dict(given)

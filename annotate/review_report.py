@@ -49,7 +49,7 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
          outputs_close: bool) -> str:
     out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
-           f"weights: {len(mapping.pairs)} mapped" + (
+           f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
                f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
                if mapping.unused_torch else ""),
            "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
@@ -70,6 +70,9 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
     lost = sorted({site_of(port, v).line for v in alignment.unmatched_port if site_of(port, v) is not None})
     if lost:
         out.append(f"port lines with values torch never computed: {', '.join(map(str, lost))}")
+    if not outputs_close:
+        out += ["weights as mapped (port <- torch; --params-map overrides):"]
+        out += [f"  {port} <- {source}" for port, source in mapping.pairs.items()]
     out.append("outputs match" if outputs_close else "outputs DIVERGE")
     return "\n".join(out) + "\n"
 

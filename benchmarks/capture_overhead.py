@@ -17,10 +17,11 @@ def hook_only(model: Any, inputs: tuple[Any, ...]) -> Any:
     """Bare tracing with the frame recorder on and nothing else of a capture: the hook's own cost."""
     import jax
 
-    from tracing import _capture, _internals
+    from tracing import _internals
     from tracing._frames import Recorder
+    from tracing._probe import Probe
 
-    probe = _capture._Probe()
+    probe = Probe()
 
     def recorder() -> Recorder:
         probe.frame = _internals.current_jaxpr_frame()

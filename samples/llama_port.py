@@ -1,8 +1,8 @@
 """A hand-written plain-JAX port of samples/llama_model.py, as a person porting it would write it.
 
 Its parameters use the port's own names (`blocks`, `attn`, `mlp`, ...) rather than torch's
-state_dict paths, and the KV cache is explicit state in and out. `llama_port_broken_*.py`
-each break one line of it, for `annotate review` to find.
+state_dict paths, and the KV cache is explicit state in and out. tests/test_review.py breaks
+one line of it at a time, for `annotate review` to find.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import tracing._capture
+import tracing._progress
 from annotate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,8 +161,8 @@ def test_watch_records_a_helper_module(tmp_path, capsys, renderers):
 
 
 def test_progress_is_reported_on_stderr_for_long_traces(tmp_path, capsys, renderers, monkeypatch):
-    monkeypatch.setattr(tracing._capture, "PROGRESS_AFTER", 0.0)
-    monkeypatch.setattr(tracing._capture, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(tracing._progress, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(tracing._progress, "PROGRESS_EVERY", 0.0)
     assert main([str(SAMPLES / "mlp.py")]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert "annotate: tracing the root module (MLP)" in lines[0]

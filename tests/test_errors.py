@@ -440,7 +440,7 @@ def test_unknown_flag_is_a_usage_error(run):
 
 def test_internal_error(run, monkeypatch):
     # A bug of ours: it raises in jaxside's own frames, with no user frame to blame.
-    monkeypatch.setattr("tracing._capture.SourceIndex", None)
+    monkeypatch.setattr("tracing._assemble.SourceIndex", None)
     result = run(MODEL, "--entry", "Net()", "--inputs", "torch.ones(3)")
     assert result.code == 123
     assert result.only_line().startswith(

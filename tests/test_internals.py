@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import pytest
 import torch
 
 from tracing import _internals
@@ -81,3 +82,51 @@ def test_sub_jaxprs_and_custom_jvp_rule():
     rule = _internals.custom_jvp_rule(call)
     assert len(rule.jaxpr.invars) == 2 and len(rule.jaxpr.outvars) == 2
     assert "cos" in {e.primitive.name for e in rule.jaxpr.eqns}
+
+
+def test_torchax_errors_for_a_missing_lowering_and_a_plain_tensor():
+    env = _internals.torchax.default_env()
+    with pytest.raises(Exception) as missing, env:
+        torch.special.airy_ai(_internals.wrap(jnp.ones(3), env))
+    assert _internals.is_missing_lowering(missing.value)
+    assert _internals.missing_lowering_op(missing.value) == "aten::special_airy_ai"
+    with pytest.raises(AssertionError) as mixed, env:
+        _internals.wrap(jnp.ones(3), env) + torch.ones(3)
+    assert _internals.is_mixed_device(mixed.value)
+    assert not _internals.is_missing_lowering(mixed.value) and not _internals.is_mixed_device(missing.value)
+
+
+def test_random_ops_under_own_random_key_leave_the_environment_key_alone():
+    env = _internals.torchax.default_env()
+    key = env.param.prng
+
+    def fn(x):
+        with env, _internals.own_random_key(env), torch.device("jax"):
+            noise = torch.rand(3)
+        return _internals.jax_value(noise) + x
+
+    closed = jax.make_jaxpr(fn)(jnp.ones(3))
+    assert "random_bits" in {e.primitive.name for e in closed.jaxpr.eqns} | {
+        e.primitive.name for eqn in closed.jaxpr.eqns for sub in _internals.sub_jaxprs(eqn) for e in sub.eqns
+    }
+    assert env.param.prng is key  # not a tracer of the finished trace
+
+
+def test_view_values_notes_the_var_a_lazy_view_becomes():
+    env = _internals.torchax.default_env()
+    seen = {}
+
+    def fn(x):
+        tensor = _internals.wrap(x, env)
+        with env, _internals.view_values() as first:
+            view = tensor[..., 0]
+            out = view * 2
+        seen["lazy"] = isinstance(view, _internals.TorchaxView)
+        ((found, seen["var"]),) = first.values()
+        seen["is_view"] = found is view
+        return _internals.jax_value(out)
+
+    closed = jax.make_jaxpr(fn)(jnp.ones((2, 3)))
+    assert seen["lazy"] and seen["is_view"]
+    assert seen["var"] in {v for e in closed.jaxpr.eqns for v in e.outvars}
+    assert seen["var"].aval.shape == (2,)

@@ -28,7 +28,11 @@ def test_rows_follow_the_port_with_each_torch_line_once():
 def test_broken_rope_review_page_in_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     from selenium.webdriver.common.by import By
 
-    port = SAMPLES / "llama_port_broken_rope.py"
+    # The rotary halves swapped: one line of the correct port edited.
+    good = "[even * cos - odd * sin, odd * cos + even * sin]"
+    bad = "[odd * cos + even * sin, even * cos - odd * sin]"
+    port = tmp_path / "llama_port.py"
+    port.write_text((SAMPLES / "llama_port.py").read_text().replace(good, bad))
     page = tmp_path / "review.html"
     assert main(["review", str(SAMPLES / "llama_model.py"), str(port), "--html", str(page)]) == 1
     capsys.readouterr()

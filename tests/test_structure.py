@@ -1,153 +1,180 @@
-"""The layout rules of the code itself, per package: small modules, no import circles, no private reach.
+"""Layout rules, read from the source: modules under 500 lines, no import circles, no borrowed private names.
 
-- no module over 500 lines;
-- no import circle between the project's modules, imports inside functions counted (those under
-  `if TYPE_CHECKING:` are not: they never run);
-- no private name (or name from a private module) imported from another module, except from a
-  `_`-prefixed module of the importer's own package (`render.rules._core` for `render.rules.shapes`).
+Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not. A private name (or a
+private module) may be imported only from a ``_``-prefixed module of the importer's own package.
+Each rule runs per package: annotate/, render/ and tracing/.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("annotate", "tracing", "render")
-LIMIT = 500
-# tracing/ is restructured on a branch of its own (issue 13): drop the mark once it has landed.
-CHECKED = [
-    "annotate",
-    pytest.param("tracing", marks=pytest.mark.xfail(reason="tracing/ restructure pending", strict=False)),
-    "render",
-]
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ("annotate", "render", "tracing")
+PACKAGES = PROJECT
+MAX_LINES = 500
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    line: int
+    module: str
+    """The module imported, or imported from."""
+    name: str | None = None
+    """The name imported from `module` (None for ``import module``)."""
 
 
-MODULES: dict[str, Path] = {
-    _module_name(path): path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
-}
+def module_files() -> dict[str, Path]:
+    """Every module of the project's packages by dotted name (a package by its own name)."""
+    found = {}
+    for package in PROJECT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
 
 
-def _package_of(module: str) -> str:
-    is_package = MODULES[module].name == "__init__.py"
-    return module if is_package else module.rpartition(".")[0]
+MODULES = module_files()
 
 
-def _imports(module: str) -> list[tuple[str, str | None, int]]:
-    """(module imported, name imported from it or None, line) for the project's own modules."""
-    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
-    skipped = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-        for inner in node.body
-        for child in ast.walk(inner)
-    }
-    found = []
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+def imports_of(name: str) -> list[Import]:
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return imports_in(path.read_text(encoding="utf-8"), name, package)
+
+
+def imports_in(source: str, name: str, package: str) -> list[Import]:
+    """The imports of project modules in `source` (the module `name` of `package`)."""
+    found: list[Import] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
         if isinstance(node, ast.Import):
-            found += [(alias.name, None, node.lineno) for alias in node.names]
+            found.extend(Import(name, node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = _package_of(module).split(".")
-                base = ".".join(anchor[: len(anchor) - node.level + 1] + ([base] if base else []))
+            parts = package.split(".")
+            base = parts[: len(parts) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
             for alias in node.names:
-                submodule = f"{base}.{alias.name}"
-                if submodule in MODULES:
-                    found.append((submodule, None, node.lineno))
+                if f"{module}.{alias.name}" in MODULES:  # `from tracing import _internals`: a module
+                    found.append(Import(name, node.lineno, f"{module}.{alias.name}"))
                 else:
-                    found.append((base, alias.name, node.lineno))
-    return [(m, name, line) for m, name, line in found if m.split(".")[0] in PACKAGES and m in MODULES]
+                    found.append(Import(name, node.lineno, module, alias.name))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return [item for item in found if item.module.split(".")[0] in PROJECT]
 
 
-def _graph() -> dict[str, set[str]]:
-    return {module: {m for m, _, _ in _imports(module) if m != module} for module in MODULES}
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                components.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return components
-
-
-def _in(package: str, module: str) -> bool:
+def in_package(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-@pytest.mark.parametrize("package", CHECKED)
-def test_no_module_is_over_500_lines(package: str) -> None:
-    long = {
-        module: n
-        for module, path in MODULES.items()
-        if _in(package, module) and (n := len(path.read_text(encoding="utf-8").splitlines())) > LIMIT
-    }
-    assert not long, f"modules over {LIMIT} lines: {long}"
+def parent(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
-@pytest.mark.parametrize("package", CHECKED)
-def test_no_import_circle(package: str) -> None:
-    circles = [c for c in _cycles(_graph()) if any(_in(package, m) for m in c)]
-    assert not circles, f"import circles: {circles}"
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
 
 
-@pytest.mark.parametrize("package", CHECKED)
-def test_no_private_name_crosses_modules(package: str) -> None:
-    bad = []
-    for module in MODULES:
-        if not _in(package, module):
-            continue
-        for imported, name, line in _imports(module):
-            private_module = any(part.startswith("_") for part in imported.split("."))
-            private_name = name is not None and name.startswith("_")
-            if not (private_module or private_name):
-                continue
-            parent, _, last = imported.rpartition(".")
-            if not (last.startswith("_") and parent == _package_of(module)):
-                where = MODULES[module].relative_to(ROOT)
-                bad.append(f"{where}:{line}: {imported}" + (f".{name}" if name else ""))
-    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+def borrowed_private(item: Import) -> str | None:
+    """Why an import borrows a private name, or None if it does not."""
+    if item.module not in MODULES:
+        return None
+    own = parent(item.module) == parent(item.importer)
+    private_module = any(is_private(part) for part in item.module.split("."))
+    if private_module and not own:
+        return f"{item.module} is private to {parent(item.module)}"
+    if item.name is not None and is_private(item.name):
+        if not (own and is_private(item.module.rpartition(".")[2])):
+            return f"{item.name} is private to {item.module}"
+    return None
 
 
-def test_the_checks_see_circles_and_imports() -> None:
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    imported = {(m, name) for m, name, _ in _imports("render.rules.shapes")}
-    assert ("render.rules._core", "_number") in imported and ("render.rules.emitter", "Emitter") in imported
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_is_over_500_lines(package):
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    long = {name: lines for name, lines in lengths.items() if in_package(name, package) and lines > MAX_LINES}
+    assert long == {}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_circle(package):
+    graph = {name: {item.module for item in imports_of(name) if item.module in MODULES} for name in MODULES}
+    circles = []
+    for start in (name for name in MODULES if in_package(name, package)):
+        path = _path_back(graph, start)
+        if path is not None:
+            circles.append(" -> ".join(path))
+    assert circles == []
+
+
+def _path_back(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """A path of imports from `start` back to itself, if there is one (breadth first: the shortest)."""
+    came_from: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph.get(node, set()) - {node}):
+                if target == start:
+                    path = [node]
+                    while (previous := came_from[path[-1]]) is not None:
+                        path.append(previous)
+                    return [*reversed(path), start]
+                if target not in came_from:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    return None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_private_name_is_borrowed(package):
+    """Neither by the package's modules nor from them (annotate importing `tracing._capture`)."""
+    borrowed = [
+        f"{MODULES[item.importer].relative_to(ROOT)}:{item.line}: {reason}"
+        for name in MODULES for item in imports_of(name)
+        if (in_package(item.importer, package) or in_package(item.module, package))
+        and (reason := borrowed_private(item)) is not None
+    ]
+    assert borrowed == []
+
+
+def test_tracing_imports_neither_render_nor_annotate():
+    upward = [
+        f"{MODULES[item.importer].relative_to(ROOT)}:{item.line}: {item.module}"
+        for name in MODULES if in_package(name, "tracing") for item in imports_of(name)
+        if not in_package(item.module, "tracing")
+    ]
+    assert upward == []
+
+
+def test_the_rules_see_what_they_must():
+    """The checks above see imports inside functions, skip TYPE_CHECKING ones, find a circle and a
+    borrowed name (on made-up code, so they are known to fail when they should)."""
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tracing import _capture\n"
+        "def f():\n    from tracing import _files\n    from . import errors\n    from .trace import Site\n"
+    )
+    found = imports_in(source, "tracing._made_up", "tracing")
+    assert [(i.module, i.name) for i in found] == [
+        ("tracing._files", None), ("tracing.errors", None), ("tracing.trace", "Site")
+    ]
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _path_back(graph, "a") == ["a", "b", "c", "a"]
+    assert _path_back(graph, "d") is None
+    assert borrowed_private(Import("annotate.cli", 1, "tracing._progress", "PROGRESS_AFTER"))
+    assert borrowed_private(Import("tracing._jaxfn", 1, "tracing.errors", "_classify"))
+    assert borrowed_private(Import("tracing._jaxfn", 1, "tracing._torch", "_Slot")) is None
+    assert borrowed_private(Import("tracing._jaxfn", 1, "tracing._internals")) is None

@@ -16,16 +16,18 @@ from typing import TYPE_CHECKING
 
 _EXPORTS = {
     "Capture": "tracing._capture",
-    "CaptureError": "tracing._capture",
-    "InputsError": "tracing._capture",
-    "MixedDeviceError": "tracing._capture",
-    "OutputError": "tracing._capture",
-    "Progress": "tracing._capture",
-    "UnsupportedOpError": "tracing._capture",
-    "ValueDependentError": "tracing._capture",
     "capture": "tracing._capture",
-    "is_library_file": "tracing._capture",
-    "user_code": "tracing._capture",
+    "PROGRESS_AFTER": "tracing._progress",
+    "PROGRESS_EVERY": "tracing._progress",
+    "Progress": "tracing._progress",
+    "CaptureError": "tracing.errors",
+    "InputsError": "tracing.errors",
+    "MixedDeviceError": "tracing.errors",
+    "OutputError": "tracing.errors",
+    "UnsupportedOpError": "tracing.errors",
+    "ValueDependentError": "tracing.errors",
+    "is_library_file": "tracing._files",
+    "user_code": "tracing._files",
     "Call": "tracing.trace",
     "Input": "tracing.trace",
     "Origin": "tracing.trace",
@@ -37,16 +39,18 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from tracing._capture import Capture as Capture
-    from tracing._capture import CaptureError as CaptureError
-    from tracing._capture import InputsError as InputsError
-    from tracing._capture import MixedDeviceError as MixedDeviceError
-    from tracing._capture import OutputError as OutputError
-    from tracing._capture import Progress as Progress
-    from tracing._capture import UnsupportedOpError as UnsupportedOpError
-    from tracing._capture import ValueDependentError as ValueDependentError
     from tracing._capture import capture as capture
-    from tracing._capture import is_library_file as is_library_file
-    from tracing._capture import user_code as user_code
+    from tracing._files import is_library_file as is_library_file
+    from tracing._files import user_code as user_code
+    from tracing._progress import PROGRESS_AFTER as PROGRESS_AFTER
+    from tracing._progress import PROGRESS_EVERY as PROGRESS_EVERY
+    from tracing._progress import Progress as Progress
+    from tracing.errors import CaptureError as CaptureError
+    from tracing.errors import InputsError as InputsError
+    from tracing.errors import MixedDeviceError as MixedDeviceError
+    from tracing.errors import OutputError as OutputError
+    from tracing.errors import UnsupportedOpError as UnsupportedOpError
+    from tracing.errors import ValueDependentError as ValueDependentError
     from tracing.trace import Call as Call
     from tracing.trace import Input as Input
     from tracing.trace import Origin as Origin

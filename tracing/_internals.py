@@ -14,12 +14,16 @@ fails loudly when a new JAX or torchax moves one of them.
   through (``transpose(jvp())`` for the backward pass of ``jax.grad``), relative to the
   jaxpr that holds it.
 - torchax 0.0.13: a ``torchax.tensor.Tensor`` holds its JAX value in ``._elem``; in-place
-  ops replace ``._elem`` on the same object.
+  ops replace ``._elem`` on the same object. An op with no lowering raises
+  ``OperatorNotFound`` (``... name aten::foo has no lowering ...``); a CPU tensor meeting a
+  traced one fails torchax's ``"mixed math"`` assertion. Random ops split the environment's
+  key (``env.param.prng``) in place; a view computes its value in ``View.jax``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -126,6 +130,27 @@ def jax_value(tensor: object) -> object:
 def wrap(value: object, env: object) -> TorchaxTensor:
     """A torchax tensor around a JAX value."""
     return TorchaxTensor(value, env)
+
+
+def is_missing_lowering(error: BaseException) -> bool:
+    """Whether torchax failed because it has no JAX lowering for an op."""
+    return isinstance(error, torchax.tensor.OperatorNotFound)
+
+
+def missing_lowering_op(error: BaseException) -> str | None:
+    """The op (``aten::special_airy_ai``) a missing-lowering error names, if it names one."""
+    match = re.search(r"name (\S+) has no lowering", str(error))
+    return match.group(1) if match else None
+
+
+def is_mixed_device(error: BaseException) -> bool:
+    """Whether torchax refused an op mixing a plain CPU tensor with a traced one (its check in t2j_iso)."""
+    return isinstance(error, AssertionError) and "mixed math" in str(error)
+
+
+def own_random_key(env: Any) -> contextlib.AbstractContextManager[Any]:
+    """While active, random ops split a copy of the environment's key, so no tracer outlives the trace."""
+    return env.override_property(prng=env.param.prng)
 
 
 def raw_frames(eqn: jax_core.JaxprEqn) -> tuple[Sequence[Any], Sequence[int]]:

@@ -1,7 +1,13 @@
-"""Map an instruction (code object, byte offset) to the source expression it belongs to."""
+"""From an instruction (code object, byte offset) to its source: the span, its text, its AST node.
+
+The one place in tracing that reads `co_positions()` and the user's source. Positions and
+AST columns both count UTF-8 bytes; text is cut from the encoded line, so non-ASCII
+source keeps its spans.
+"""
 
 from __future__ import annotations
 
+import ast
 import linecache
 from types import CodeType
 
@@ -9,13 +15,15 @@ from tracing.trace import Site
 
 
 class SourceIndex:
-    """Caches positions per code object and sites per instruction for one capture."""
+    """Caches positions per code object, sites per instruction and trees per file for one capture."""
 
     def __init__(self) -> None:
         self._positions: dict[CodeType, list[tuple]] = {}
         self._sites: dict[tuple[CodeType, int], Site | None] = {}
+        self._trees: dict[str, ast.Module | None] = {}
 
     def site(self, code: CodeType, lasti: int) -> Site | None:
+        """The span (and text) of the expression or statement the instruction at `lasti` belongs to."""
         key = (code, lasti)
         try:
             return self._sites[key]
@@ -34,6 +42,28 @@ class SourceIndex:
             )
         self._sites[key] = site
         return site
+
+    def expression(self, site: Site) -> ast.expr | None:
+        """The outermost expression node whose span is exactly `site`'s (None if the site is a
+        statement, or its file cannot be read or parsed)."""
+        tree = self._tree(site.file)
+        if tree is None:
+            return None
+        span = (site.line, site.col, site.end_line, site.end_col)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.expr) and span == (
+                node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
+            ):
+                return node
+        return None
+
+    def _tree(self, file: str) -> ast.Module | None:
+        if file not in self._trees:
+            try:
+                self._trees[file] = ast.parse("".join(linecache.getlines(file)))
+            except (SyntaxError, ValueError):
+                self._trees[file] = None
+        return self._trees[file]
 
 
 def source_text(file: str, line: int, end_line: int, col: int, end_col: int) -> str | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 InputKind = Literal["param", "buffer", "arg"]
+Frontend = Literal["torch", "jax"]
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class Trace:
     """Per equation, the call that emitted it."""
     entry: str
     """What was traced: the entry's qualname (or the module class name)."""
-    frontend: Literal["torch", "jax"] = "torch"
+    frontend: Frontend = "torch"
     """What the entry was: torch code run through torchax, or JAX code (which may call torch code)."""
     gradients: dict[Any, Any] = field(default_factory=dict)
     """For a gradient program (`jax.grad` of the entry's code): each value the backward pass made

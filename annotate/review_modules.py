@@ -1,0 +1,87 @@
+"""Trace a Flax or Equinox port on torch's weights: fit the tensors to its leaves, then capture a
+function of the torch tensors that lays them out as the port holds them and runs the port."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from annotate.errors import Failure
+from annotate.review_fit import Leaf, Recipe, fit, given_recipe
+from annotate.review_frameworks import ModulePort
+from annotate.review_map import Mapping, read_params_map
+
+
+class _Run:
+    """The traced entry: `state` holds torch tensors by state_dict name; the layout changes run in
+    this (library) file, so only the port's own lines are the port's sites."""
+
+    def __init__(self, port: ModulePort, recipes: dict[str, Recipe]) -> None:
+        self.port, self.recipes = port, recipes
+        self.dtypes = {leaf.path: leaf.dtype for leaf in port.leaves}
+        self.__name__ = self.__qualname__ = port.name
+
+    def __call__(self, state: dict[str, Any], *data: Any) -> Any:
+        values = {path: recipe.build(state, self.dtypes[path]) for path, recipe in self.recipes.items()}
+        return self.port.call(values, data)
+
+
+def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str, Any],
+                 data: tuple) -> tuple[Any, list, Mapping]:
+    import jax
+
+    from annotate.errors import UserCodeRaised
+    from tracing import Capture
+
+    shapes = {name: tuple(value.shape) for name, value in state.items()}
+    given = _given(options.params_map, port.leaves, shapes) if options.params_map else {}
+    result = fit(port.leaves, shapes, given)
+    if result.unmapped:
+        shown = ", ".join(result.unmapped[:3]) + (", ..." if len(result.unmapped) > 3 else "")
+        raise Failure(f"no torch weight fits the {port.framework} weights {shown}",
+                      "map them in a --params-map file", file=options.port)
+    weights = {name: state[name] for name in sorted({n for r in result.recipes.values() for n in r.sources})}
+    try:
+        trace = Capture(watch=[str(Path(options.port).resolve())])(_Run(port, result.recipes), weights, *data)
+    except Exception as error:
+        raise UserCodeRaised(f"tracing {port.name}", error) from error
+    mapping = Mapping(pairs={leaf.path: result.recipes[leaf.path].describe() for leaf in port.leaves
+                             if leaf.path in result.recipes},
+                      unused_torch=result.unused, inputs={f"state[{name!r}]": name for name in weights},
+                      note=_note(port, result.recipes))
+    return trace, jax.tree_util.tree_leaves([weights, *data]), mapping
+
+
+def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
+    """` into a Flax NNX Llama (12 transposed, 6 split from 2 fused tensors)`."""
+    kinds = Counter("split" if r.rows else r.layout for r in recipes.values())
+    fused = len({r.source for r in recipes.values() if r.rows})
+    joined = [r for r in recipes.values() if r.fused]
+    words = [f"{kinds[k]} {w}" for k, w in (("kernel", "kernels transposed"), ("transpose", "transposed"),
+                                            ("conv", "conv kernels"), ("reshape", "reshaped")) if kinds[k]]
+    if fused:
+        words.append(f"{kinds['split']} split from {fused} fused tensor{'s' if fused > 1 else ''}")
+    if joined:
+        words.append(f"{len(joined)} fused from {sum(len(r.sources) for r in joined)} tensors")
+    kept = len([leaf for leaf in port.leaves if leaf.path not in recipes])
+    if kept:
+        words.append(f"{kept} port state kept as built")
+    article = "an" if port.framework[0] in "AEIOU" else "a"
+    return f" into {article} {port.framework} {port.name}" + (f" ({', '.join(words)})" if words else "")
+
+
+def _given(path: str, leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]) -> dict[str, Recipe]:
+    by_path = {leaf.path: leaf for leaf in leaves}
+    recipes = {}
+    for port, text in read_params_map(path).items():
+        if port not in by_path:
+            raise Failure(f"PARAMS_MAP names {port}, which is not a leaf of the port",
+                          f"use a dotted path such as {next(iter(by_path), 'layers.0.kernel')}", file=path)
+        recipe = given_recipe(by_path[port], text, shapes)
+        if isinstance(recipe, str):
+            raise Failure(f"PARAMS_MAP maps {port} to {recipe}", "give a state_dict name, rows [a:b], .T",
+                          file=path)
+        recipes[port] = recipe
+    return recipes

@@ -1,0 +1,265 @@
+"""From what a capture recorded (the jaxpr, the call records, the returned value) to a complete `Trace`.
+
+Everything the `Trace` holds is computed here, once: each equation's source site and call, the
+call tree with each call's data flow, every value's origin, and for JAX programs the origins
+inside sub-jaxprs and the backward pass's gradients. The `Trace` is built last and never
+changed afterwards.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tracing import _internals
+from tracing._frames import CallRecord
+from tracing._gradients import custom_jvp_rules, gradients
+from tracing._jaxprs import is_backward, walk
+from tracing._session import Entry, Returned
+from tracing._source import SourceIndex
+from tracing.trace import Call, Input, Origin, Site, StateUpdate, Trace
+
+
+def assemble(
+    entry: Entry, closed: Any, records: list[CallRecord], emitted: list[Any], returned: Returned
+) -> Trace:
+    """The `Trace` of one capture: `closed` the ClosedJaxpr, `records` the recorder's root calls,
+    `emitted` the output vars of each equation in emission order."""
+    jaxpr = closed.jaxpr
+    sources = SourceIndex()
+    emitted_index: dict[Any, int] = {}
+    for index, outvars in enumerate(emitted):
+        for var in outvars or ():
+            emitted_index[var] = index
+
+    # Each equation's place in emission order, and its innermost user-code expression.
+    positions: list[int] = []
+    sites: list[Site | None] = []
+    user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
+    for eqn in jaxpr.eqns:
+        previous = positions[-1] if positions else 0
+        positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
+        sites.append(_innermost_user_site(eqn, entry.is_user_file, user_code, sources))
+
+    module_paths = returned.module_paths
+    views = returned.views
+
+    def to_call(record: CallRecord) -> Call:
+        receiver = record.receiver
+        is_module = isinstance(receiver, torch.nn.Module)
+        return Call(
+            function=record.qualname,
+            file=record.code.co_filename,
+            line=record.code.co_firstlineno,
+            module_path=module_paths.get(id(receiver)) if is_module else None,
+            module_type=type(receiver).__name__ if is_module else None,
+            args=list(record.args),
+            returned=list(record.returned),
+            bindings=_resolved(record.bindings, views),
+            children=[to_call(child) for child in record.children],
+            call_site=sources.site(*record.caller) if record.caller else None,
+            raised=record.raised,
+        )
+
+    spans: dict[Any, Any] = {}
+    if len(records) == 1 and records[0].code is entry.code:
+        root = to_call(records[0])
+        pairs = [(root, records[0])]
+    else:
+        root = Call(
+            function=entry.name, file=entry.file, line=entry.line, children=[to_call(r) for r in records]
+        )
+        pairs = list(zip(root.children, records))
+    _spans(pairs, spans)
+
+    # Each equation goes to the innermost call whose span holds it; the rest to the root.
+    eqn_calls: list[Call] = []
+    for index, position in enumerate(positions):
+        call = root
+        while (inner := _child_holding(call, position, spans)) is not None:
+            call = inner
+        call.eqns.append(index)
+        eqn_calls.append(call)
+
+    inputs = [Input(var, kind, name) for var, (kind, name) in zip(jaxpr.invars, entry.inputs)]
+    n_out = len(returned.paths)
+    outputs = list(zip(returned.paths, jaxpr.outvars[:n_out]))
+    state = [StateUpdate(inputs[i], var) for i, var in zip(returned.mutated, jaxpr.outvars[n_out:])]
+    _dataflow(root, jaxpr)
+    origins = _origins(root, jaxpr, inputs, sites, eqn_calls, entry.name)
+    jax_parts: dict[str, Any] = {}
+    if entry.frontend == "jax":  # what a JAX program adds: its own sub-jaxprs, its gradients
+        _inner_origins(origins, jaxpr, eqn_calls, records, entry.is_user_file, sources)
+        grads, derivatives = gradients(jaxpr, sites, eqn_calls, origins)
+        jax_parts = dict(gradients=grads, derivatives=derivatives, custom_jvp_rules=custom_jvp_rules(jaxpr))
+    return Trace(
+        jaxpr=closed, inputs=inputs, outputs=outputs, out_tree=returned.spec,
+        static_outputs=returned.static, state=state, root=root, origins=origins,
+        eqn_sites=sites, eqn_calls=eqn_calls, entry=entry.name, frontend=entry.frontend, **jax_parts,
+    )
+
+
+def _resolved(
+    bindings: list[tuple[str, int, Any]], views: dict[int, tuple[object, Any]]
+) -> list[tuple[str, int, Any]]:
+    """Bindings with each torchax view replaced by the var it materialized to (dropped if unused)."""
+    out = []
+    for name, line, key in bindings:
+        if isinstance(key, _internals.TorchaxView):
+            key = views.get(id(key), (None, None))[1]
+        if key is not None:
+            out.append((name, line, key))
+    return out
+
+
+def _spans(pairs: list[tuple[Call, CallRecord]], spans: dict[Any, Any]) -> None:
+    for call, record in pairs:
+        spans[id(call)] = (record.start, record.end)
+        _spans(list(zip(call.children, record.children)), spans)
+
+
+def _child_holding(call: Call, position: int, spans: dict[Any, Any]) -> Call | None:
+    """The child of `call` whose span holds `position`: a bisection, as siblings run one after another."""
+    layout = spans.get(("children", id(call)))
+    if layout is None:
+        starts = [spans[id(c)][0] for c in call.children]
+        ends = [spans[id(c)][1] for c in call.children]
+        ordered = all(ends[i] <= starts[i + 1] for i in range(len(starts) - 1))
+        layout = spans[("children", id(call))] = (starts, ends, ordered)
+    starts, ends, ordered = layout
+    if not ordered:  # never seen; kept exact all the same
+        return next((c for c, s, e in zip(call.children, starts, ends) if s <= position < e), None)
+    i = bisect.bisect_right(starts, position) - 1
+    return call.children[i] if i >= 0 and position < ends[i] else None
+
+
+def _innermost_user_site(
+    eqn: Any, is_user_file: Callable[[str], bool], user_code: dict[int, bool], sources: SourceIndex
+) -> Site | None:
+    codes, lastis = _internals.raw_frames(eqn)
+    # Dozens of library frames sit above the user frame: decide them in C, not a Python loop.
+    ids = list(map(id, codes))
+    flags = list(map(user_code.get, ids))
+    if None in flags:
+        for code, key, flag in zip(codes, ids, flags):
+            if flag is None:
+                user_code[key] = is_user_file(code.co_filename)
+        flags = list(map(user_code.get, ids))
+    try:
+        i = flags.index(True)
+    except ValueError:
+        return None
+    return sources.site(codes[i], lastis[i])
+
+
+def _dataflow(root: Call, jaxpr: Any) -> None:
+    """Fill each call's `inputs` (read, made outside) and `outputs` (made inside, used after)."""
+    uses: dict[Any, list[int]] = {}
+    for index, eqn in enumerate(jaxpr.eqns):
+        for var in eqn.invars:
+            if isinstance(var, _internals.Var):
+                uses.setdefault(var, []).append(index)
+    program_outputs = {v for v in jaxpr.outvars if isinstance(v, _internals.Var)}
+    eqns = jaxpr.eqns
+    var_type = _internals.Var
+    for call in root.walk():
+        own = call.all_eqns()
+        own_set = set(own)
+        defined: dict[Any, None] = {}
+        read: dict[Any, None] = {}
+        for index in own:
+            eqn = eqns[index]
+            for var in eqn.invars:
+                if isinstance(var, var_type) and var not in defined:
+                    read.setdefault(var)
+            for var in eqn.outvars:
+                defined.setdefault(var)
+        call.inputs = list(read)
+        call.outputs = [
+            v for v in defined
+            if v in program_outputs or any(i not in own_set for i in uses.get(v, ()))
+        ]
+
+
+def _origins(
+    root: Call, jaxpr: Any, inputs: list[Input], sites: list[Site | None], eqn_calls: list[Call],
+    entry: str,
+) -> dict[Any, Origin]:
+    parents: dict[int, Call | None] = {id(root): None}
+    names: dict[tuple[int, Any], str] = {}
+    for call in root.walk():
+        for child in call.children:
+            parents[id(child)] = call
+        for name, _line, var in call.bindings:
+            names.setdefault((id(call), var), name)
+    origins: dict[Any, Origin] = {}
+    for item in inputs:
+        origins[item.var] = Origin(item.kind, entry, None, item.name, None)
+    for var in jaxpr.constvars:
+        origins[var] = Origin("const", entry)
+    bound = {var for _, var in names}  # most vars were never bound to a local: skip the walk up
+    for index, eqn in enumerate(jaxpr.eqns):
+        call = eqn_calls[index]
+        for var in eqn.outvars:
+            name, scope = None, call
+            while var in bound and scope is not None and name is None:
+                name = names.get((id(scope), var))
+                scope = parents[id(scope)]
+            origins[var] = Origin("op", call.function, call.module_path, name, sites[index])
+    return origins
+
+
+def _inner_origins(
+    origins: dict[Any, Origin], jaxpr: Any, eqn_calls: list[Call], records: list[CallRecord],
+    is_user_file: Callable[[str], bool], sources: SourceIndex,
+) -> None:
+    """Add origins for the values of sub-jaxprs: the local they were bound to in the body function
+    (a scan's `layer(x, params)`); in a body JAX rewrote (differentiated, partially evaluated),
+    the local bound on the same line to a value of the same type."""
+    bound: dict[Any, tuple[str, str]] = {}
+    by_line: dict[tuple[str, int, tuple, Any], str] = {}
+    for record in records:
+        for call in record.walk():
+            for name, var in call.args:
+                if "[" not in name and "." not in name:
+                    bound.setdefault(var, (name, call.qualname))
+            for name, line, var in call.bindings:
+                bound.setdefault(var, (name, call.qualname))
+                aval = getattr(var, "aval", None)
+                if aval is not None:
+                    by_line.setdefault((call.code.co_filename, line, aval.shape, aval.dtype), name)
+    user_code: dict[int, bool] = {}
+    scopes: dict[int, list[tuple[Any, Site | None, str, bool]]] = {}
+    named_scopes: set[int] = set()
+    for index, outer in enumerate(jaxpr.eqns):
+        function = eqn_calls[index].function
+        for inner in _internals.sub_jaxprs(outer):
+            for var in inner.invars:
+                if var in bound:
+                    name, where = bound[var]
+                    origins[var] = Origin("arg", where, None, name, None)
+                    named_scopes.add(id(inner))
+            for eqn, scope, stack in walk(inner, _internals.name_stack(outer)):
+                site = _innermost_user_site(eqn, is_user_file, user_code, sources)
+                for var in eqn.outvars:
+                    where = bound[var][1] if var in bound else function
+                    named_scopes.update([id(scope)] if var in bound else [])
+                    scopes.setdefault(id(scope), []).append((var, site, where, is_backward(stack)))
+                for sub in _internals.sub_jaxprs(eqn):
+                    for var in sub.invars:
+                        if var in bound:
+                            name, where = bound[var]
+                            origins.setdefault(var, Origin("arg", where, None, name, None))
+                            named_scopes.add(id(sub))
+    for scope, values in scopes.items():
+        for var, site, function, backward in values:
+            name = bound[var][0] if var in bound else None
+            if name is None and scope not in named_scopes and not backward and site is not None:
+                aval = var.aval
+                name = by_line.get((site.file, site.line, aval.shape, aval.dtype)) or by_line.get(
+                    (site.file, site.end_line, aval.shape, aval.dtype)
+                )
+            origins.setdefault(var, Origin("op", function, None, name, site))

@@ -1,0 +1,99 @@
+"""What counts as user code: the files asked about; never torch, torchax, JAX, the stdlib or jaxside."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import jax
+import torch
+
+from tracing import _internals
+
+# Never user code, even when asked for: the engines under the user's code, and ourselves.
+_LIBRARY_DIRS = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in (
+        os.path.dirname(torch.__file__),
+        os.path.dirname(jax.__file__),
+        os.path.dirname(_internals.torchax.__file__),
+        *(os.path.join(os.path.dirname(os.path.dirname(__file__)), package)  # jaxside itself
+          for package in ("annotate", "tracing", "render")),
+    )
+)
+# The standard library, but not the site-packages inside it (a system Python's): a modeling file
+# of an installed package is user code when asked for.
+_STDLIB_DIR = str(Path(os.path.dirname(os.__file__)).resolve()) + os.sep
+_SITE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+
+
+def module_of(fn: Any) -> torch.nn.Module | None:
+    """The torch module an entry runs: the module itself, or the owner of a bound method."""
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    if inspect.ismethod(fn) and isinstance(fn.__self__, torch.nn.Module):
+        return fn.__self__
+    return None
+
+
+def user_code(fn: Any, watch: Iterable[Any] = ()) -> Callable[[str], bool]:
+    """The predicate 'is this file user code' that a capture of `fn` uses (for error reports)."""
+    return user_files(fn, module_of(fn), watch)
+
+
+def user_files(fn: Any, module: torch.nn.Module | None, watch: Iterable[Any]) -> Callable[[str], bool]:
+    """The predicate 'is this file user code': the entry's files plus `watch`, never a library.
+
+    The entry's files are the one defining `fn` and, for a `module`, those defining its
+    submodules' classes; `watch` adds files or directories (paths, or modules by name)."""
+    files: set[str] = set()
+    dirs: list[str] = []
+    code = getattr(inspect.unwrap(fn), "__code__", None) if not isinstance(fn, torch.nn.Module) else None
+    if code is not None:
+        files.add(code.co_filename)
+    if module is not None:
+        for sub in module.modules():
+            with contextlib.suppress(TypeError, OSError):
+                files.add(inspect.getfile(type(sub)))
+    for item in watch:
+        module_obj = sys.modules.get(str(item))
+        path = Path(module_obj.__file__ if module_obj is not None and module_obj.__file__ else item)
+        if path.is_dir():
+            dirs.append(str(path.resolve()) + os.sep)
+        else:
+            files.add(str(path))
+    resolved = {str(Path(f).resolve()) for f in files}
+    decided: dict[str, bool] = {}
+
+    def is_user_file(filename: str) -> bool:
+        try:
+            return decided[filename]
+        except KeyError:
+            pass
+        path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+        answer = not _is_library_path(path) and (
+            filename in files or path in resolved or path.startswith(tuple(dirs))
+        )
+        decided[filename] = answer
+        return answer
+
+    return is_user_file
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether a file belongs to Python (frozen modules included), torch, jax, torchax or jaxside."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen ")
+    return _is_library_path(str(Path(filename).resolve()))
+
+
+def _is_library_path(path: str) -> bool:
+    if path.startswith(_LIBRARY_DIRS):
+        return True
+    inside = path[len(_STDLIB_DIR) - 1 :]
+    return path.startswith(_STDLIB_DIR) and not any(part in inside for part in _SITE_PARTS)

@@ -1,0 +1,83 @@
+"""The frame recorder's `Probe`: which values are traced tensors, and how far tracing has got."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+
+from tracing import _internals
+
+
+class Probe:
+    """Tells the frame recorder which values are traced tensors, and how far tracing got.
+
+    `frame` is the jaxpr being built, set once tracing has started."""
+
+    def __init__(self) -> None:
+        self.frame: Any = None
+
+    def key(self, value: object) -> Hashable | None:
+        """The var of a traced tensor; a lazy torchax view stands for the value it will
+        produce (resolved when the Trace is built)."""
+        var = _internals.var_of(value)
+        return value if var is None and isinstance(value, _internals.TorchaxView) else var
+
+    def leaves(self, value: object, path: str = "", depth: int = 0) -> list[tuple[str, Hashable]]:
+        var = _internals.var_of(value)
+        if var is not None:
+            return [(path, var)]
+        if depth > 3:
+            return []
+        if isinstance(value, (tuple, list)):
+            return [
+                leaf for i, item in enumerate(value) for leaf in self.leaves(item, f"{path}[{i}]", depth + 1)
+            ]
+        if isinstance(value, dict):
+            return [
+                leaf for k, item in value.items() for leaf in self.leaves(item, f"{path}[{k!r}]", depth + 1)
+            ]
+        return []
+
+    def watermark(self) -> int:
+        return _internals.equation_count(self.frame) if self.frame is not None else 0
+
+    def library_calls(self, pause: Callable[[], object], resume: Callable[[], object]) -> LibraryCalls:
+        return LibraryCalls(pause, resume)
+
+
+# Tensor types whose torch functions are all library code; a user subclass may call back.
+_LIBRARY_TENSORS = frozenset(
+    {torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, _internals.TorchaxTensor, _internals.TorchaxView}
+)
+
+
+class LibraryCalls(torch.overrides.TorchFunctionMode):
+    """Runs each torch function with the frame hook paused: under settrace, the torchax and
+    JAX frames of an op are most of the hook's cost, and they never call user code back
+    unless handed a callable (``torch.cond``, hooks) or a user tensor subclass."""
+
+    def __init__(self, pause: Callable[[], object], resume: Callable[[], object]) -> None:
+        super().__init__()
+        self.pause, self.resume = pause, resume
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if not _LIBRARY_TENSORS.issuperset(types) or _passes_callable(args, kwargs):
+            return func(*args, **kwargs)
+        self.pause()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.resume()
+
+
+def _passes_callable(args: tuple, kwargs: dict) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (tuple, list)):
+            if any(callable(item) for item in value):
+                return True
+        elif callable(value):
+            return True
+    return False
