@@ -11,28 +11,20 @@ traced), 123 internal error, 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import importlib.util
-import os
-import stat
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from annotate import __version__, interrupts
-from annotate.errors import (
-    EXIT_OK,
-    Context,
-    Failure,
-    UserCodeRaised,
-    run_command,
-)
+from annotate.command import run_command
+from annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
+from annotate.output import check_target, emit, write
 from annotate.status import Status
 
-__all__ = ["build_parser", "emit", "main"]
+__all__ = ["build_parser", "main"]
 
 EPILOG = """\
 output: stdout carries only the result (the annotated file in FILE's encoding and newline style,
@@ -125,7 +117,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         import jax  # noqa: F401
         import torch  # noqa: F401
 
-        from annotate.loading import find_entry, load_file, namespace_of, source_encoding
+        from annotate.loading import defined_names, find_entry, load_file, namespace_of, source_encoding
         from tracing import Capture, CaptureError, user_code
 
     file = str(Path(options.file).resolve())
@@ -136,7 +128,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         watch = [file]
         context.is_user_file = user_code(None, watch)
         module = load_file(options.file)
-        context.namespace = namespace_of(module)
+        context.defined = defined_names(namespace_of(module))
         watch += [_resolve_watch(item) for item in options.watch]
         interrupts.check()
         status.phase("building the model and its inputs")
@@ -166,7 +158,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     if options.html:
         from render.html import side_by_side
 
-        _write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html")
+        write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html")
     return code
 
 
@@ -193,88 +185,6 @@ def _traceback_filtering(on: bool) -> Iterator[None]:
         jax.config.update("jax_traceback_filtering", previous)
 
 
-def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8") -> None:
-    """Write the result to ``-o`` (only if it changed) or to stdout, encoded in `encoding`."""
-    if options.output and options.output != "-":
-        _write(text, options.output, options, "-o", encoding=encoding)
-    else:
-        _to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
-
-
-def _encode(text: str, encoding: str) -> bytes:
-    # Only comments can hold what the encoding lacks (FILE's own text came from it): escape it there.
-    return text.encode(encoding, errors="backslashreplace")
-
-
-def _to_stdout(text: str, encoding: str) -> None:
-    """Bytes on stdout, the same `-o` would write, whatever encoding the terminal or locale has."""
-    interrupts.check()
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # a text-only stream put in place of stdout
-        sys.stdout.write(text)
-    else:
-        buffer.write(_encode(text, encoding))
-        buffer.flush()
-
-
-def _say(options: argparse.Namespace, text: str) -> None:
-    status = getattr(options, "status", None)
-    if status is not None:
-        status.say(text)
-    elif getattr(options, "verbosity", 0) >= 0:
-        print(f"annotate: {text}", file=sys.stderr)
-
-
-def _write(text: str, path: str, options: argparse.Namespace, flag: str, *, encoding: str = "utf-8") -> None:
-    """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it)."""
-    interrupts.check()
-    if path == "-":
-        _to_stdout(text, encoding)
-        return
-    _check_target(path, options, flag)
-    data = _encode(text, encoding)
-    target = Path(path).resolve()
-    try:
-        if target.is_file() and target.read_bytes() == data:
-            _say(options, f"{path} unchanged")
-            return
-        _replace(target, data)
-    except OSError as error:
-        raise Failure(f"cannot write it ({error.strerror})",
-                      "choose a path in a directory you can write to", file=path) from None
-    _say(options, f"wrote {path}")
-
-
-def _replace(target: Path, data: bytes) -> None:
-    if target.exists() and not target.is_file():  # a device or a pipe: write into it
-        with open(target, "wb") as out:
-            out.write(data)
-        return
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_umask()
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temporary, mode)
-        interrupts.check()
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _lower(text: str | None) -> str:
-    return (text[:1].lower() + text[1:]) if text else "cannot create a file"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _check_options(options: argparse.Namespace) -> None:
     """Refuse what cannot work before importing torch or loading anything."""
     from annotate.loading import check_source
@@ -295,60 +205,7 @@ def _check_options(options: argparse.Namespace) -> None:
                       file=options.output)
     for flag, path in (("-o", options.output), ("--html", options.html)):
         if path and path != "-":
-            _check_target(path, options, flag)
-
-
-def _check_target(path: str, options: argparse.Namespace, flag: str) -> None:
-    """Refuse an output path before anything runs: FILE itself, a directory, a place that cannot
-    be written (tried, not guessed: root passes every permission check), or an existing file
-    annotate did not write, unless --force."""
-    target = Path(path)
-    source = Path(options.file)
-    if target.resolve() == source.resolve() or (
-        target.exists() and source.exists() and os.path.samefile(target, source)
-    ):
-        raise Failure(f"{flag} names FILE itself, and annotate never overwrites its input",
-                      f"write somewhere else, e.g. {flag} {source.stem}_jax.py", file=path)
-    if target.is_dir():
-        raise Failure(f"{flag} names a directory", "give a file path", file=path)
-    resolved = target.resolve()
-    directory = resolved.parent
-    if not directory.is_dir():
-        raise Failure(f"its directory {directory} does not exist", f"create it, or choose another {flag}",
-                      file=path)
-    denied = Failure("cannot write there (permission denied)",
-                     f"choose another {flag} in a directory you can write to", file=path)
-    if resolved.exists() and not resolved.is_file():  # a device or a pipe is written into
-        if not os.access(resolved, os.W_OK):
-            raise denied
-        return
-    if resolved.exists() and not os.access(resolved, os.W_OK):
-        raise denied
-    try:
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{resolved.name}.", suffix=".tmp"):
-            pass
-    except OSError as error:
-        raise Failure(f"cannot write there ({_lower(error.strerror)})",
-                      f"choose another {flag} in a directory you can write to", file=path) from None
-    if resolved.is_file() and not options.force and not _written_by_annotate(resolved, source):
-        raise Failure("exists, and annotate did not write it",
-                      f"pass --force to replace it, or choose another {flag}", file=path)
-
-
-def _written_by_annotate(target: Path, source: Path) -> bool:
-    """Whether replacing `target` loses nothing annotate did not write: it is empty, names jaxside
-    near its top (an exported module), holds ``jax:`` notes (annotated copies, HTML views), or
-    is FILE's code with other comments."""
-    try:
-        data = target.read_bytes()
-    except OSError:
-        return False
-    if not data.strip() or b"jaxside" in data[:2000] or b"# jax: " in data or b"jax: def " in data:
-        return True
-    try:
-        return ast.dump(ast.parse(source.read_bytes())) == ast.dump(ast.parse(data))
-    except (OSError, SyntaxError, ValueError):
-        return False
+            check_target(path, options, flag)
 
 
 def _resolve_watch(item: str) -> str:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import ast
-import contextlib
 import re
 import sys
-import tokenize
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +62,8 @@ class Context:
     """FILE as the user wrote it."""
     is_user_file: Callable[[str], bool] = lambda _: False
     """Files that are the user's code: FILE and what `--watch` adds (tracing's own predicate)."""
-    namespace: dict[str, Any] | None = None
-    """FILE's namespace once loaded, to suggest what an expression could name."""
+    defined: list[str] = field(default_factory=list)
+    """What FILE defines (its nn.Modules, then its functions), once loaded: suggestions for an expression."""
     copies: dict[str, str] = field(default_factory=dict)
     """Temporary copies of inputs read from a pipe or standard input: copy path -> name shown."""
 
@@ -90,76 +87,6 @@ class Context:
             return str(resolved.relative_to(Path.cwd()))
         except ValueError:
             return str(resolved)
-
-
-def run_command(
-    parser: argparse.ArgumentParser,
-    argv: Sequence[str] | None,
-    check: Callable[[argparse.Namespace], None],
-    run: Callable[[argparse.Namespace, Context], int],
-) -> int:
-    """Parse `argv`, then `check` and `run` the command in an isolated import state, every
-    failure ending as one `error:` line with its exit code, and Ctrl-C as exit 130 whenever
-    it comes (see `annotate.interrupts`)."""
-    from annotate import interrupts
-
-    with interrupts.handling():
-        try:
-            options = parser.parse_args(argv)
-        except SystemExit as exit:  # --help, --version
-            return int(exit.code or 0)
-        except Failure as failure:
-            print(failure.text(), file=sys.stderr)
-            return failure.code
-        except KeyboardInterrupt:
-            return _interrupted()
-        context = Context(options.file)
-        try:
-            with contextlib.ExitStack() as stack:
-                _read_pipes(options, context, stack)
-                check(options)
-                from annotate.loading import isolated
-
-                with isolated():
-                    code = run(options, context)
-            interrupts.check()
-            return code
-        except KeyboardInterrupt:
-            return _interrupted()
-        except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
-            if interrupts.interrupted():  # a Ctrl-C that code on the way turned into another error
-                return _interrupted()
-            failure = describe(error, context)
-            report(failure, context, error, debug=options.debug)
-            return failure.code
-
-
-_SOURCE_OPTIONS = ("file", "port")
-"""The options that name Python source files to load (`annotate`'s FILE; `review`'s two files)."""
-
-
-def _read_pipes(options: argparse.Namespace, context: Context, stack: contextlib.ExitStack) -> None:
-    """Inputs given as ``-``, ``/dev/stdin`` or another pipe are read once into temporary files;
-    the options then name those, and errors the names given."""
-    from annotate.loading import STDIN, readable_copy
-
-    options.shown_file = options.file
-    for name in _SOURCE_OPTIONS:
-        given = getattr(options, name, None)
-        if given is None:
-            continue
-        path = stack.enter_context(readable_copy(given))
-        if path != given:
-            shown = "<stdin>" if given == STDIN else given
-            context.copies[str(Path(path).resolve())] = shown
-            setattr(options, name, path)
-            if name == "file":
-                options.shown_file = shown
-
-
-def _interrupted() -> int:
-    print("error: interrupted", file=sys.stderr)
-    return EXIT_INTERRUPTED
 
 
 def describe(error: BaseException, context: Context) -> Failure:
@@ -214,10 +141,8 @@ def _user_code_raised(wrapper: UserCodeRaised, context: Context) -> Failure:
 def _expression_failed(wrapper: UserCodeRaised, context: Context) -> Failure:
     error = wrapper.error
     fix = f"fix the expression; it is evaluated in {Path(context.file).name}'s namespace, with torch imported"
-    if isinstance(error, NameError) and context.namespace is not None:
-        from annotate.loading import defined_names
-
-        defined = defined_names(context.namespace)
+    if isinstance(error, NameError):
+        defined = context.defined
         if defined:
             fix = f"{Path(context.file).name} defines {', '.join(defined[:8])}" + (
                 ", ..." if len(defined) > 8 else ""
@@ -350,28 +275,12 @@ def _how_used(site: Any) -> tuple[str, str]:
     """How the failing expression used the value: ``branch`` (the test of an if, while, assert or
     conditional expression, with that header), ``number`` (.item(), int(), float(), range()) or
     ``other``."""
-    if site is None:
+    from render.source import expression
+
+    found = expression(site)
+    if found is None:
         return "other", ""
-    try:
-        with open(site.file, "rb") as stream:
-            encoding = tokenize.detect_encoding(stream.readline)[0]
-        source = Path(site.file).read_bytes().decode(encoding)
-        tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError):
-        return "other", ""
-    span = (site.line, site.col, site.end_line, site.end_col)
-    parents: dict[ast.AST, ast.AST] = {}
-    target = None
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-        # ast columns and code positions (so `Site`) both count UTF-8 bytes.
-        if isinstance(node, ast.expr) and (
-            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
-        ) == span:
-            target = node
-    if target is None:
-        return "other", ""
+    target, parents, source = found
     node = target
     while isinstance(parents.get(node), ast.BoolOp) or (
         isinstance(parents.get(node), ast.UnaryOp) and isinstance(parents[node].op, ast.Not)

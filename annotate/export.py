@@ -17,8 +17,10 @@ import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
+from annotate.output import emit
+from render.ir import Program
+from render.lower import lower
 from render.module import render_program
-from render.program import Program, lower
 from tracing.trace import Trace
 
 EXIT_OK, EXIT_MISMATCH = 0, 1
@@ -59,8 +61,6 @@ def run(options: argparse.Namespace, entry: Any, trace: Trace) -> int:
     program = lower(trace)
     text = render_program(program, source=f"{getattr(options, 'shown_file', options.file)}: {trace.entry}")
     if getattr(options, "export", True) or not options.check:
-        from annotate.cli import emit
-
         emit(text, options)
     if not options.check:
         return EXIT_OK

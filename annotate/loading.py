@@ -373,8 +373,3 @@ def _required(function: Any) -> list[str]:
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return [p.name for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty]
-
-
-def load_entry(options: argparse.Namespace) -> Entry:
-    """FILE loaded and its entry found, as the command line does (for callers other than `main`)."""
-    return find_entry(load_file(options.file), options, abstract=getattr(options, "abstract", False))

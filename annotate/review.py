@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure, run_command
+from annotate.command import run_command
+from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
+from annotate.review_map import read_params_map
 
 __all__ = ["main"]
 
@@ -243,16 +245,6 @@ def _params_map(path: str, state: dict[str, Any]) -> dict[str, str]:
             raise Failure(f"PARAMS_MAP maps {port} to {name!r}, which is not in the torch state_dict",
                           f"use one of {', '.join(list(state)[:4])}, ...", file=path)
     return given
-
-
-def read_params_map(path: str) -> dict[str, str]:
-    namespace: dict[str, Any] = {"__file__": path}
-    exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
-    given = namespace.get("PARAMS_MAP")
-    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
-        raise Failure("defines no dict PARAMS_MAP of strings",
-                      "write PARAMS_MAP = {port leaf path: state_dict name}", file=path)
-    return dict(given)
 
 
 def _input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> dict[Any, Any]:

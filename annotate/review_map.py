@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from annotate.errors import Failure
 
 # Words ports and torch models use for the same thing; each group is one token after normalising.
 _SYNONYMS = [
@@ -192,3 +195,14 @@ def discover(fn: Any, names: list[str], state: dict[str, Any], weight_args: list
     jax.eval_shape(lambda *data: fn(*probes, *data), *data_args)
     leaves = [path for probe in probes for path in probe.leaves()]
     return probes, assign(leaves, state)
+
+
+def read_params_map(path: str) -> dict[str, str]:
+    """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name}."""
+    namespace: dict[str, Any] = {"__file__": path}
+    exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
+    given = namespace.get("PARAMS_MAP")
+    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
+        raise Failure("defines no dict PARAMS_MAP of strings",
+                      "write PARAMS_MAP = {port leaf path: state_dict name}", file=path)
+    return dict(given)

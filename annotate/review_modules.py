@@ -11,7 +11,7 @@ from typing import Any
 from annotate.errors import Failure
 from annotate.review_fit import Leaf, Recipe, fit, given_recipe
 from annotate.review_frameworks import ModulePort
-from annotate.review_map import Mapping
+from annotate.review_map import Mapping, read_params_map
 
 
 class _Run:
@@ -73,8 +73,6 @@ def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
 
 
 def _given(path: str, leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]) -> dict[str, Recipe]:
-    from annotate.review import read_params_map
-
     by_path = {leaf.path: leaf for leaf in leaves}
     recipes = {}
     for port, text in read_params_map(path).items():

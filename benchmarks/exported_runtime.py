@@ -25,8 +25,8 @@ def pending() -> str | None:
     """What the row needs that is not there yet, if anything."""
     try:
         from annotate.export import entry_inputs, load_module  # noqa: F401
+        from render.lower import lower  # noqa: F401
         from render.module import render_program  # noqa: F401
-        from render.program import lower  # noqa: F401
     except ImportError as error:
         return f"pending: {error}"
     return None
@@ -44,8 +44,8 @@ def measure(layers: int, smoke: bool) -> list[Result]:
     import numpy as np
 
     from annotate.export import entry_inputs, load_module
+    from render.lower import lower
     from render.module import render_program
-    from render.program import lower
     from tracing import capture
 
     model, inputs = models.llama(layers, smoke=smoke)

@@ -12,7 +12,9 @@ ROW = "4 render / 1k eqns"
 
 
 class _Emitter:
-    """The least `render.ops` needs: nested jaxprs rendered in turn, every equation counted."""
+    """The least `render.rules` needs: nested jaxprs rendered in turn, every equation counted."""
+
+    nests = False  # no nested defs: rules write their flat forms
 
     def __init__(self, render_eqn: Any) -> None:
         self.render_eqn = render_eqn
@@ -39,7 +41,7 @@ class _Emitter:
 
 def run(smoke: bool = False) -> list[Result]:
     try:
-        from render.ops import render_eqn
+        from render.rules import render_eqn
     except ImportError as error:
         return [Result(ROW, "", "", verdict=f"pending: {error}")]
     from tracing import capture

@@ -1,7 +1,7 @@
 """JAX comments beside the lines of the original torch file, the file's code left untouched.
 
-Each statement of the structured export (`render.program`) knows the torch expression it
-came from; here those statements are gathered per torch statement (asttokens gives every
+Each statement of the structured export (`render.lower`) knows the torch expression it
+came from; here those statements are gathered per torch statement (`ast` gives every
 statement's span, multi-line ones included) and written as comments: beside the line when
 short, below the statement as aligned comment lines when long. A line that ran many times
 is shown once with its count; a function that ran is marked at its ``def`` line with the
@@ -13,19 +13,14 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asttokens
-
-from render.module import double_quotes, format_statement
-from render.program import Loop, Statement, lower
-
-WIDTH = 100
-"""Comments go beside a line only if the line stays within this many columns (display width:
-a CJK character takes two)."""
+from render import source as torch_source
+from render.ir import Loop, Statement
+from render.layout import WIDTH, display_width, double_quotes, wrap_text
+from render.lower import lower
 
 
 @dataclass
@@ -46,11 +41,12 @@ class SourceMap:
     def __init__(self, source: str) -> None:
         self.source = source
         self.lines = source.splitlines(keepends=True)
-        self.tokens = asttokens.ASTTokens(source, parse=True)
-        self.commented = {t.start[0] for t in self.tokens.tokens if t.type == tokenize.COMMENT}
+        self.tree = ast.parse(source)
+        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        self.commented = {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
         """Lines that already end with a comment of their own."""
         self._statements = sorted(
-            (node for node in ast.walk(self.tokens.tree) if isinstance(node, ast.stmt)),
+            (node for node in ast.walk(self.tree) if isinstance(node, ast.stmt)),
             key=lambda node: (node.lineno, -(node.end_lineno or node.lineno)),
         )
         self._by_line: dict[int, list[ast.stmt]] = {}
@@ -75,12 +71,7 @@ class SourceMap:
 
     def function_at(self, first_line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The function whose code starts at `first_line` (its first decorator, or `def`)."""
-        for node in self._statements:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                if start == first_line:
-                    return node
-        return None
+        return torch_source.function_at(self.tree, first_line)
 
 
 def place(source_map: SourceMap, notes: dict[int, Note], *, width: int = WIDTH) -> str:
@@ -118,38 +109,14 @@ def comment_lines(note: Note, indent: str = "", width: int | None = None) -> lis
     """The note as comment lines; with a `width`, long statements are wrapped to fit it."""
     suffix = f"  ×{note.count}" if note.count > 1 else ""
     if note.variants > 1:
-        suffix += f"  ({note.variants} forms: calls differ in shapes or dtypes)"
+        suffix += f"  ({note.variants} forms: calls differ in shapes, dtypes or what they call)"
     lines = []
     for text in note.texts:
-        wrapped = _wrap(text, len(indent) + 2, width) if width else [text]
+        wrapped = wrap_text(text, len(indent) + 2, width) if width else [text]
         if not lines:
             wrapped[-1] += suffix  # the count closes the first statement, however long it is
         lines += [f"{indent}# {line}" for line in wrapped]
     return lines
-
-
-def _wrap(text: str, indent: int, width: int) -> list[str]:
-    """A statement's text over several lines, the way the exported module lays it out."""
-    code, _, shapes = text.partition("  # ")
-    if indent + display_width(text) <= width:
-        return [text]
-    try:
-        (node,) = ast.parse(code).body
-    except (SyntaxError, ValueError):
-        return [text]
-    lines = double_quotes("\n".join(format_statement(node, indent))).split("\n")
-    lines = [line[indent:] for line in lines]
-    if shapes:
-        lines[-1] += f"  # {shapes}"
-    return lines
-
-
-def display_width(text: str) -> int:
-    """Columns `text` takes in a terminal or editor: wide (CJK) characters two, combining none."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
 
 
 def _indent(line: str) -> str:
@@ -274,18 +241,10 @@ def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -
     return text
 
 
-def read_source(path: str | Path) -> str:
-    """A Python file's text as Python reads it (its coding cookie, a UTF-8 BOM dropped), with
-    its newlines as they are (CRLF stays CRLF)."""
-    data = Path(path).read_bytes()
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
-
-
 def annotate_file(trace: Any, path: str, *, shapes: bool = False) -> str:
     """The torch file at `path`, with the JAX each line produced in `trace` beside it (the
     caller encodes it back in the file's encoding)."""
-    source = read_source(path)
+    source = torch_source.read_source(path)
     source_map = SourceMap(source)
     annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))
     if not same_code(source, annotated):

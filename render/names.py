@@ -7,7 +7,6 @@ import builtins
 import keyword
 import re
 import unicodedata
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -223,13 +222,3 @@ GENERATED_BUILTINS: frozenset[str] = frozenset(
 )
 """Builtins generated defs call themselves (`complex(1.0, 2.0)` for a complex literal); a local never
 takes one of these names. tests/test_injection.py checks every export against this list."""
-
-
-def derived_share(scopes: Iterable[Scope]) -> tuple[int, int]:
-    """(names derived from torch identifiers, all assigned names) over the given scopes."""
-    derived = total = 0
-    for scope in scopes:
-        for source in scope.names.values():
-            total += 1
-            derived += source in DERIVED
-    return derived, total

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import resource
@@ -21,7 +20,6 @@ from annotate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
-HAVE_RENDERER = importlib.util.find_spec("render.program") is not None
 
 
 class Renderers:
@@ -269,7 +267,6 @@ def test_python_m_annotate_exits_with_the_code(tmp_path):
     )
 
 
-@pytest.mark.skipif(not HAVE_RENDERER, reason="render.program (the lead's renderer) is not there yet")
 def test_annotates_the_samples_for_real(capsys):
     for sample in ("seed_example", "mlp", "llama_model"):
         file = SAMPLES / f"{sample}.py"

@@ -7,7 +7,7 @@ import textwrap
 from types import SimpleNamespace
 
 from render.comments import Note, SourceMap, notes_for, place, same_code
-from render.program import Statement
+from render.ir import Statement
 from tracing import Call, Site
 
 SOURCE = textwrap.dedent('''\
@@ -90,7 +90,7 @@ def test_variants_are_reported():
     assert notes[5] == Note(["h = x @ w"], 2, 2)
     assert notes[4].variants == 2
     out = place(source_map, notes)
-    assert "# h = x @ w  ×2  (2 forms: calls differ in shapes or dtypes)" in out
+    assert "# h = x @ w  ×2  (2 forms: calls differ in shapes, dtypes or what they call)" in out
 
 
 def test_line_with_backslash_continuation_gets_comment_below():

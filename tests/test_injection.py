@@ -21,8 +21,8 @@ from torch import nn
 
 from annotate.export import entry_inputs, load_module
 from render import names, text
+from render.lower import lower
 from render.module import render_program
-from render.program import lower
 from tracing import capture
 
 GOLDEN = Path(__file__).parent / "golden" / "export"

@@ -22,8 +22,9 @@ from conftest import SAMPLES, load_sample
 from golden import assert_golden
 
 from annotate.export import load_module
+from render.ir import Program
+from render.lower import lower
 from render.module import render_program
-from render.program import Program, lower
 from tracing import Capture, Trace, capture
 
 

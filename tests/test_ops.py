@@ -1,4 +1,4 @@
-"""`render.ops`: every equation torchax makes renders as code that re-traces to it and computes its bits.
+"""`render.rules`: every equation torchax makes renders as code that re-traces to it and computes its bits.
 
 The catalog (`tests/fuzzing/catalog.py`) is traced case by case and every equation, nested
 ones included, goes through `fuzzing.harness.check_program`.  The explicit tests below pin
@@ -32,7 +32,7 @@ from fuzzing.optable import DOC, documented
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
-from render.ops import RULES, render_eqn
+from render.rules import RULES, Flat, render_eqn
 from tracing import capture
 
 _SEEN = Seen()
@@ -373,7 +373,7 @@ def _structs(*dtypes: str) -> list[jax.ShapeDtypeStruct]:
     return [_struct((3, 4), _DTYPES[d]) for d in dtypes]
 
 
-class _NoEmitter:
+class _NoEmitter(Flat):
     def constant(self, value: Any, hint: str) -> ast.expr:
         raise AssertionError("no constants expected")
 

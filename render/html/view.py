@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 # The data model and the comments printer's notes: the only render internals read here.
-from render.comments import Note, SourceMap, comment_lines, notes_for, read_source, statement_text
+from render.comments import Note, SourceMap, comment_lines, notes_for, statement_text
 from render.html import folds, highlight
 from render.html.page import document
 from render.html.runs import Runs
-from render.program import lower
+from render.lower import lower
+from render.source import read_source
 
 WIDTH = 80
 """JAX statements are wrapped to this many characters, as comments mode wraps them."""
@@ -117,7 +118,7 @@ class _View:
         section = f"f{self.sections}"
         self.sections += 1
         notes = notes_for(self.program, self.trace, str(path), source_map, shapes=self.shapes)
-        runs = Runs(self.trace, str(path), source_map.tokens.tree)
+        runs = Runs(self.trace, str(path), source_map.tree)
         groups: dict[int, int] = {}
         for first in notes:
             node = source_map.statement_at(first)
@@ -136,7 +137,7 @@ class _View:
             jax = self._jax_cell(section, number, notes.get(number), items.get(number, []), path.name)
             rows[number] = self._row(section, number, state, bands.get(group), group, path.name,
                                      highlight.block(torch[number - 1]) if number <= len(torch) else "", jax)
-        outline = folds.outline(source_map.tokens.tree)
+        outline = folds.outline(source_map.tree)
         title = f"<h2>{html.escape(str(path.name))}</h2>" if self.sections > 1 else ""
         if spans is not None:
             parts = []
@@ -144,7 +145,7 @@ class _View:
                 label = f"{path.name}:{start}  {folds.describe(start, end, outline)}  →  {name}"
                 parts.append(self._fold([rows[n] for n in range(start, end + 1)], label))
             return f"{title}<table>{self._head(path.name, self.trace.frontend)}{''.join(parts)}</table>"
-        keep = self._context_headers(source_map.tokens.tree, runs)
+        keep = self._context_headers(source_map.tree, runs)
 
         def blank(n: int) -> bool:
             return not source_map.lines[n - 1].strip()

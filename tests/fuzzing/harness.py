@@ -1,4 +1,4 @@
-"""Render jaxprs through `render.ops` as flat Python functions, and prove equations exact.
+"""Render jaxprs through `render.rules` as flat Python functions, and prove equations exact.
 
 `FlatEmitter` is the smallest code generator `render_eqn` can run in: one assignment per
 equation (`v0 = ...`), nested `def`s for sub-jaxprs, constants kept in the exec namespace.
@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, DebugInfo, DropVar, Jaxpr, Literal, Var
 
-from render.ops import atom_expr, render_eqn
+from render.rules import Flat, atom_expr, render_eqn
 
 PRELUDE = "import jax\nimport jax.numpy as jnp\nfrom jax import lax\nimport numpy as np\n"
 
@@ -44,8 +44,9 @@ def _name(name: str, store: bool = False) -> ast.Name:
     return ast.Name(name, ast.Store() if store else ast.Load())
 
 
-class FlatEmitter:
-    """`render.ops.Emitter` for tests: flat bodies, names `v0`, `v1`, ..., constants in `namespace`."""
+class FlatEmitter(Flat):
+    """`render.rules.Emitter` for tests: flat bodies (no nested defs), names `v0`, `v1`, ..., constants
+    in `namespace`."""
 
     def __init__(self, ns: dict[str, Any], counter: Iterator[int] | None = None) -> None:
         self.namespace = ns

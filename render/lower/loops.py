@@ -11,16 +11,15 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from render.program import Function, Loop, Statement, _name, _source_tree, source_loop
+from render import source as torch_source
+from render.ir import Function, Loop, Statement, named
+from render.lower.context import Context
 from tracing.trace import Site
 
-if TYPE_CHECKING:
-    from render.program import _Lowering
 
-
-def reroll(low: _Lowering, function: Function) -> None:
+def reroll(low: Context, function: Function) -> None:
     """Roll runs of identical call statements (layer 0..N-1) back into loops, and lists of
     identical calls (`[expert(x) for expert in experts]`) back into comprehensions."""
     body = function.body
@@ -77,7 +76,7 @@ def _find_run(
 
 
 def _make_loop(
-    low: _Lowering, function: Function, body: list[Statement], start: int, count: int, length: int, plan: dict
+    low: Context, function: Function, body: list[Statement], start: int, count: int, length: int, plan: dict
 ) -> tuple[Loop, list[Statement]]:
     scope = function.scope
     segments = [body[start + j * length : start + (j + 1) * length] for j in range(count)]
@@ -88,7 +87,7 @@ def _make_loop(
     places = {id(node): (parent, attr, index) for parent, attr, index, node in _positions(module)}
     ints = [node for _, _, _, node in _positions(module) if _is_int(node)]
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, plan["progressions"]) if step]
-    source = source_loop(anchor.site)
+    source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
     torch_target = _loop_target_name(source)
     lists: dict[str, tuple[ast.expr, str]] = {}
     by_list = all(
@@ -106,11 +105,11 @@ def _make_loop(
                 base = element if root == "params" else f"{element}_{root}"
                 lists[key] = (parent.value, scope.fresh(base, "loop"))  # type: ignore[attr-defined]
             grand, attr, index = places[id(parent)]
-            _replace(grand, attr, index, _name(lists[key][1]))
-        names = [_name(n, ast.Store()) for _, n in lists.values()]
+            _replace(grand, attr, index, named(lists[key][1]))
+        names = [named(n, ast.Store()) for _, n in lists.values()]
         iterables = [copy.deepcopy(e) for e, _ in lists.values()]
         header_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
-        iterable = iterables[0] if len(iterables) == 1 else ast.Call(_name("zip"), iterables, [])
+        iterable = iterables[0] if len(iterables) == 1 else ast.Call(named("zip"), iterables, [])
     else:
         index_name = scope.fresh(
             torch_target if source is not None and _is_range_loop(source) else "i", "loop"
@@ -118,8 +117,8 @@ def _make_loop(
         for node, v0, step in varying:
             parent, attr, index = places[id(node)]
             _replace(parent, attr, index, _affine(index_name, v0, step))
-        header_target = _name(index_name, ast.Store())
-        iterable = ast.Call(_name("range"), [ast.Constant(count)], [])
+        header_target = named(index_name, ast.Store())
+        iterable = ast.Call(named("range"), [ast.Constant(count)], [])
     renames = {name: canon[m] for m, name in enumerate(defined[0])}
     for node in ast.walk(module):
         if isinstance(node, ast.Name) and node.id in renames:
@@ -145,7 +144,7 @@ def _make_loop(
         for m in sorted(collected_names):
             if defined_at.get(m) == len(loop_body) - 1:
                 append = ast.Call(
-                    ast.Attribute(_name(collected_names[m]), "append", ast.Load()), [_name(canon[m])], []
+                    ast.Attribute(named(collected_names[m]), "append", ast.Load()), [named(canon[m])], []
                 )
                 loop_body.append(Statement([], append, [], statement.site))
     before = [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in collected_names.values()]
@@ -159,9 +158,9 @@ def _make_loop(
     for parent, attr, index, node in list(_positions(holder)):
         for m, target in plan["collected"].items():
             if node is target:
-                replacement: ast.expr = _name(collected_names[m])
+                replacement: ast.expr = named(collected_names[m])
                 if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
-                    replacement = ast.Call(_name("tuple"), [replacement], [])
+                    replacement = ast.Call(named("tuple"), [replacement], [])
                 _replace(parent, attr, index, replacement)
     for node in ast.walk(holder):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in last:
@@ -192,7 +191,7 @@ def _replace(parent: ast.AST, attr: str, index: int | None, node: ast.AST) -> No
 
 
 def _affine(index: str, start: int, step: int) -> ast.expr:
-    term: ast.expr = _name(index) if step == 1 else ast.BinOp(ast.Constant(step), ast.Mult(), _name(index))
+    term: ast.expr = named(index) if step == 1 else ast.BinOp(ast.Constant(step), ast.Mult(), named(index))
     if start == 0:
         return term
     return (
@@ -218,7 +217,7 @@ def _chain_keys(node: ast.expr) -> list[Any]:
     return list(reversed(keys))
 
 
-def _list_length(low: _Lowering, function: Function, places: dict, node: ast.AST) -> int | None:
+def _list_length(low: Context, function: Function, places: dict, node: ast.AST) -> int | None:
     """How long the params/state list that `node` indexes is (None if it is not such an index)."""
     parent, attr, _ = places.get(id(node), (None, None, None))
     if not isinstance(parent, ast.Subscript) or attr != "slice":
@@ -268,7 +267,7 @@ def _collected_base(later: list[Statement], node: ast.AST, element: str) -> str:
     return element + "s"
 
 
-def _reroll_lists(low: _Lowering, function: Function, statement: Statement) -> None:
+def _reroll_lists(low: Context, function: Function, statement: Statement) -> None:
     """`[f(p[0], x), f(p[1], x)]` -> `[f(item, x) for item in p]`, inside one statement."""
     if isinstance(statement, Loop):
         return
@@ -282,13 +281,13 @@ def _reroll_lists(low: _Lowering, function: Function, statement: Statement) -> N
         if comprehension is None:
             continue
         if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
-            comprehension = ast.Call(_name("tuple"), [comprehension], [])
+            comprehension = ast.Call(named("tuple"), [comprehension], [])
         _replace(parent, attr, index, comprehension)
     statement.value = holder.body[0].value  # type: ignore[attr-defined]
 
 
 def _comprehension(
-    low: _Lowering, function: Function, elements: list[ast.expr], site: Site | None
+    low: Context, function: Function, elements: list[ast.expr], site: Site | None
 ) -> ast.expr | None:
     forms = []
     for element in elements:
@@ -313,7 +312,7 @@ def _comprehension(
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, progressions) if step]
     if not varying:
         return None
-    target = _loop_target_name(_source_comprehension(site))
+    target = _loop_target_name(torch_source.within(site, torch_source.COMPREHENSIONS) if site else None)
     count = len(elements)
     if all(
         v0 == 0 and step == 1 and _list_length(low, function, places, node) == count
@@ -328,35 +327,19 @@ def _comprehension(
                 base = (target or "item") if root == "params" else f"{target or 'item'}_{root}"
                 lists[key] = (parent.value, function.scope.fresh(base, "loop"))  # type: ignore[attr-defined]
             grand, attr, index = places[id(parent)]
-            _replace(grand, attr, index, _name(lists[key][1]))
-        names = [_name(n, ast.Store()) for _, n in lists.values()]
+            _replace(grand, attr, index, named(lists[key][1]))
+        names = [named(n, ast.Store()) for _, n in lists.values()]
         iterables = [copy.deepcopy(e) for e, _ in lists.values()]
         loop_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
-        iterable = iterables[0] if len(iterables) == 1 else ast.Call(_name("zip"), iterables, [])
+        iterable = iterables[0] if len(iterables) == 1 else ast.Call(named("zip"), iterables, [])
     else:
         index_name = function.scope.fresh(target or "i", "loop")
         for node, v0, step in varying:
             parent, attr, index = places[id(node)]
             _replace(parent, attr, index, _affine(index_name, v0, step))
-        loop_target = _name(index_name, ast.Store())
-        iterable = ast.Call(_name("range"), [ast.Constant(count)], [])
+        loop_target = named(index_name, ast.Store())
+        iterable = ast.Call(named("range"), [ast.Constant(count)], [])
     return ast.ListComp(holder.value, [ast.comprehension(loop_target, iterable, [], 0)])
-
-
-def _source_comprehension(site: Site | None) -> ast.AST | None:
-    """The comprehension inside the torch expression `site` (`[expert(x) for expert in ...]`)."""
-    if site is None:
-        return None
-    tree = _source_tree(site.file)
-    if tree is None:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and (
-            (site.line, site.col) <= (node.lineno, node.col_offset)
-            and (node.end_lineno or 0, node.end_col_offset or 0) <= (site.end_line, site.end_col)
-        ):
-            return node
-    return None
 
 
 def _positions(node: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.AST]]:

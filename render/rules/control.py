@@ -5,49 +5,25 @@
 `jax.shard_map` and the gradient accumulation `add_any`. Each body is a def nested in the
 function being written (`Emitter.nested`), named after the user's function it was traced
 from, closing over the loop's constants the way the code that built it did; the call re-traces
-to the same primitive with the same body.
+to the same primitive with the same body.  An emitter that writes no nested defs gets the exact
+primitive, `lax.while_loop` over lambdas, or a custom call's body inline.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
 
-from render import ops
-from render._signature import Signature, pack, structured
-from render.ops import Emitter, Rule, atom_expr, call, dotted, exact, kw, literal, rule
+from render.rules._core import Rule, _lambda_args, atom_expr, call, dotted, exact, kw, literal, registrar
+from render.rules.emitter import Emitter, Signature, Structured, pack
+from render.rules.known_calls import known_call
 
-
-class NestingEmitter(Emitter, Protocol):
-    def nested(self, jaxpr: Any, hint: str, signature: Signature) -> ast.expr:
-        """Write `jaxpr` as a def nested in the current one; return the expression naming it."""
-
-    def used(self, var: Any) -> bool:
-        """Whether a value of the equation being written is read afterwards."""
-
-
-_EARLIER = dict(ops.RULES)
-"""The rules `render.ops` has for these primitives, for emitters that cannot nest defs."""
-
-
-def nesting_rule(*names: str) -> Callable[[Rule], Rule]:
-    """`rule`, for a rule that writes nested defs: an emitter without `nested` gets the rule
-    `render.ops` had (or the exact primitive)."""
-
-    def register(fn: Rule) -> Rule:
-        def dispatch(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-            if hasattr(emitter, "nested"):
-                return fn(eqn, args, emitter)
-            return _EARLIER.get(eqn.primitive.name, exact)(eqn, args, emitter)
-
-        return rule(*names)(dispatch)
-
-    return register
+RULES: dict[str, Rule] = {}
+rule = registrar(RULES)
 
 
 def _tuple(items: list[ast.expr], empty: ast.expr | None = None) -> ast.expr:
@@ -59,8 +35,10 @@ def _tuple(items: list[ast.expr], empty: ast.expr | None = None) -> ast.expr:
 # -- loops ------------------------------------------------------------------------------------------
 
 
-@nesting_rule("scan")
-def _scan(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("scan")
+def _scan(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr | Structured:
+    if not emitter.nests:
+        return exact(eqn, args, emitter)
     p = eqn.params
     body: ClosedJaxpr = p["jaxpr"]
     n_consts, n_carry = p["num_consts"], p["num_carry"]
@@ -74,7 +52,7 @@ def _scan(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
     ys_out = pack(range(n_carry, n_out), None)
     length, reverse, unroll = p["length"], p["reverse"], p["unroll"]
 
-    fori = _fori(eqn) if not _used(emitter, eqn.outvars[0]) else None
+    fori = _fori(eqn) if not emitter.used(eqn.outvars[0]) else None
     if fori is not None:
         lower, step = fori
         i = n_consts
@@ -88,11 +66,11 @@ def _scan(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
             stop = call(start.func, [stop])
         keywords = [kw("unroll", unroll)] if unroll != 1 else []
         value = call("lax.fori_loop", [start, stop, fn, _tuple(init[1:])], keywords)
-        return structured(value, rest_out)
+        return Structured(value, rest_out)
 
     if n_carry == 0 and n_xs > 0 and not reverse and unroll == 1:
         fn = emitter.nested(body, "body", Signature([xs_in], ys_out, closure, ["xs" if n_xs > 1 else "x"]))
-        return structured(call("lax.map", [fn, _tuple(xs)]), pack(range(n_out), None))
+        return Structured(call("lax.map", [fn, _tuple(xs)]), pack(range(n_out), None))
 
     names = ["carry", "xs" if n_xs > 1 else "x"]
     fn = _checkpointed_body(body, emitter, Signature([carry_in, xs_in], (carry_out, ys_out), closure, names))
@@ -104,7 +82,7 @@ def _scan(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
     if unroll != 1:
         keywords.append(kw("unroll", unroll))
     value = call("lax.scan", [fn, _tuple(init), _tuple(xs, ast.Constant(None))], keywords)
-    return structured(value, (pack(range(n_carry)), pack(range(n_carry, n_out), None)))
+    return Structured(value, (pack(range(n_carry)), pack(range(n_carry, n_out), None)))
 
 
 def _leading(eqn: Any, first_xs: int) -> int | None:
@@ -138,12 +116,7 @@ def _fori(eqn: Any) -> tuple[int, int] | None:
     return None
 
 
-def _used(emitter: Emitter, var: Any) -> bool:
-    used = getattr(emitter, "used", None)
-    return True if used is None else used(var)
-
-
-def _checkpointed_body(body: ClosedJaxpr, emitter: NestingEmitter, signature: Signature) -> ast.expr:
+def _checkpointed_body(body: ClosedJaxpr, emitter: Emitter, signature: Signature) -> ast.expr:
     """A body that is one `jax.checkpoint` of a function of all its inputs (a `@jax.checkpoint`
     layer scanned over) as `jax.checkpoint(layer, ...)`, else the body's own def."""
     inner = body.jaxpr
@@ -159,20 +132,22 @@ def _checkpointed_body(body: ClosedJaxpr, emitter: NestingEmitter, signature: Si
     return emitter.nested(body, "body", signature)
 
 
-@nesting_rule("while")
-def _while(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("while")
+def _while(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr | Structured:
+    if not emitter.nests:
+        return _while_lambdas(eqn, args, emitter)
     p = eqn.params
     n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
     cond_consts, body_consts = args[:n_cond], args[n_cond : n_cond + n_body]
     init = args[n_cond + n_body :]
     n = len(init)
-    step = _fori_while(eqn) if not any(_used(emitter, v) for v in eqn.outvars[:2]) else None
+    step = _fori_while(eqn) if not any(emitter.used(v) for v in eqn.outvars[:2]) else None
     if step is not None:  # `lax.fori_loop` with bounds only known when it runs
         rest_in, rest_out = pack(range(n_body + 2, n_body + n)), pack(range(2, n))
         closure = dict(enumerate(body_consts))
         signature = Signature([n_body, rest_in], rest_out, closure, ["i", "carry"], frozenset({step}))
         fn = emitter.nested(p["body_jaxpr"], "body_fun", signature)
-        return structured(call("lax.fori_loop", [init[0], init[1], fn, _tuple(init[2:])]), rest_out)
+        return Structured(call("lax.fori_loop", [init[0], init[1], fn, _tuple(init[2:])]), rest_out)
     cond = emitter.nested(
         p["cond_jaxpr"], "cond_fun",
         Signature([pack(range(n_cond, n_cond + n))], 0, dict(enumerate(cond_consts)), ["carry"]),
@@ -213,11 +188,31 @@ def _fori_while(eqn: Any) -> int | None:
     return None
 
 
+def _while_lambdas(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    """`lax.while_loop` over lambdas calling the loop's functions (for an emitter without nested defs)."""
+    p = eqn.params
+    n_cond, n_body = p["cond_nconsts"], p["body_nconsts"]
+    cond_consts, body_consts, init = args[:n_cond], args[n_cond:n_cond + n_body], args[n_cond + n_body:]
+    cond = emitter.function(p["cond_jaxpr"], "cond")
+    body = emitter.function(p["body_jaxpr"], "body")
+    # The loop closes over the consts, as the code that built it did: jax lifts them back out.
+    carry: list[ast.expr] = [_CARRY] if len(init) == 1 else [ast.Starred(_CARRY, ast.Load())]
+    cond_fn = ast.Lambda(_lambda_args([_CARRY.id]), call(cond, [*cond_consts, *carry]))
+    body_fn = ast.Lambda(_lambda_args([_CARRY.id]), call(body, [*body_consts, *carry]))
+    start = init[0] if len(init) == 1 else ast.Tuple(list(init), ast.Load())
+    return call("lax.while_loop", [cond_fn, body_fn, start])
+
+
+_CARRY = ast.Name("carry_", ast.Load())
+
+
 # -- branches ---------------------------------------------------------------------------------------
 
 
-@nesting_rule("cond")
-def _cond(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("cond")
+def _cond(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    if not emitter.nests:
+        return exact(eqn, args, emitter)
     branches = eqn.params["branches"]
     index, operands = args[0], args[1:]
     pred = _unconverted(index) if len(branches) == 2 else None
@@ -268,8 +263,10 @@ def _int_constant(node: ast.expr) -> int | None:
 # -- checkpoints, calls, sharding -------------------------------------------------------------------
 
 
-@nesting_rule("remat2", "checkpoint")
-def _remat(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("remat2", "checkpoint")
+def _remat(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    if not emitter.nests:
+        return exact(eqn, args, emitter)
     body = eqn.params["jaxpr"]
     n_in, n_out = len(body.invars), len(body.outvars)
     signature = Signature(list(range(n_in)), pack(range(n_out)), names=_names(args))
@@ -299,8 +296,10 @@ def _policy_expr(policy: Any) -> ast.expr:
     raise NotImplementedError(f"no source for the checkpoint policy {policy!r}")
 
 
-@nesting_rule("closed_call", "core_call")
-def _closed_call(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("closed_call", "core_call")
+def _closed_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    if not emitter.nests:
+        return exact(eqn, args, emitter)
     body = eqn.params["call_jaxpr"]
     inner = body.jaxpr if isinstance(body, ClosedJaxpr) else body
     n_in, n_out = len(inner.invars), len(inner.outvars)
@@ -308,24 +307,27 @@ def _closed_call(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast
     return call(fn, args)
 
 
-@nesting_rule("custom_jvp_call")
-def _custom_jvp_call(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
-    known = getattr(ops, "_known_call", lambda eqn, args: None)(eqn, args)
+@rule("custom_jvp_call")
+def _custom_jvp_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    known = known_call(eqn, args)
     if known is not None:  # a public function with the rule (`jax.nn.relu`): called by name
         return known
-    define = getattr(emitter, "custom_jvp", None)
-    fn = define(eqn) if define is not None else None
+    if not emitter.nests:
+        return _inlined(eqn, args, emitter)
+    fn = emitter.custom_jvp(eqn)
     if fn is None:
         return _called_body(eqn, args, emitter, "custom JVP rule")
     return call(fn, args)
 
 
-@nesting_rule("custom_vjp_call", "custom_vjp_call_jaxpr")
-def _custom_vjp_call(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("custom_vjp_call", "custom_vjp_call_jaxpr")
+def _custom_vjp_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    if not emitter.nests:
+        return _flat_custom_call(eqn, args, emitter)
     return _called_body(eqn, args, emitter, "custom VJP rule")
 
 
-def _called_body(eqn: Any, args: list[ast.expr], emitter: NestingEmitter, what: str) -> ast.expr:
+def _called_body(eqn: Any, args: list[ast.expr], emitter: Emitter, what: str) -> ast.expr:
     """The function's body as a def of its name, called: the same values, differentiated by JAX
     rather than by the rule (the def's docstring says so)."""
     body = eqn.params.get("call_jaxpr", eqn.params.get("fun_jaxpr"))
@@ -384,8 +386,10 @@ def _axes(axes: Any) -> ast.expr:
     return literal(axes[0] if len(axes) == 1 else axes)
 
 
-@nesting_rule("shard_map")
-def _shard_map(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.expr:
+@rule("shard_map")
+def _shard_map(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    if not emitter.nests:
+        return exact(eqn, args, emitter)
     p = eqn.params
     body = p["jaxpr"]
     n_in, n_out = len(body.invars), len(body.outvars)
@@ -399,3 +403,17 @@ def _shard_map(eqn: Any, args: list[ast.expr], emitter: NestingEmitter) -> ast.e
     if "check_vma" in p and not p["check_vma"]:
         keywords.append(kw("check_vma", False))
     return call(call("jax.shard_map", [fn], keywords), args)
+
+
+def _flat_custom_call(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    """A custom VJP call for an emitter without nested defs: its known function, else its body."""
+    if eqn.primitive.name != "custom_vjp_call":
+        return exact(eqn, args, emitter)
+    known = known_call(eqn, args)
+    return known if known is not None else _inlined(eqn, args, emitter)
+
+
+def _inlined(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    # Last resort, exact forward only: the body runs as is, its derivative rule is lost.
+    outs = emitter.inline(eqn.params["call_jaxpr"], args, eqn.primitive.name)
+    return outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load())

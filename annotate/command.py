@@ -1,0 +1,77 @@
+"""Run a command line: parse, check, run in an isolated import state, every failure one `error:` line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from annotate import interrupts
+from annotate.errors import EXIT_INTERRUPTED, Context, Failure, describe, report
+from annotate.loading import STDIN, isolated, readable_copy
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    check: Callable[[argparse.Namespace], None],
+    run: Callable[[argparse.Namespace, Context], int],
+) -> int:
+    """Parse `argv`, then `check` and `run` the command in an isolated import state, every
+    failure ending as one `error:` line with its exit code, and Ctrl-C as exit 130 whenever
+    it comes (see `annotate.interrupts`)."""
+    with interrupts.handling():
+        try:
+            options = parser.parse_args(argv)
+        except SystemExit as exit:  # --help, --version
+            return int(exit.code or 0)
+        except Failure as failure:
+            print(failure.text(), file=sys.stderr)
+            return failure.code
+        except KeyboardInterrupt:
+            return _interrupted()
+        context = Context(options.file)
+        try:
+            with contextlib.ExitStack() as stack:
+                _read_pipes(options, context, stack)
+                check(options)
+                with isolated():
+                    code = run(options, context)
+            interrupts.check()
+            return code
+        except KeyboardInterrupt:
+            return _interrupted()
+        except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
+            if interrupts.interrupted():  # a Ctrl-C that code on the way turned into another error
+                return _interrupted()
+            failure = describe(error, context)
+            report(failure, context, error, debug=options.debug)
+            return failure.code
+
+
+_SOURCE_OPTIONS = ("file", "port")
+"""The options that name Python source files to load (`annotate`'s FILE; `review`'s two files)."""
+
+
+def _read_pipes(options: argparse.Namespace, context: Context, stack: contextlib.ExitStack) -> None:
+    """Inputs given as ``-``, ``/dev/stdin`` or another pipe are read once into temporary files;
+    the options then name those, and errors the names given."""
+    options.shown_file = options.file
+    for name in _SOURCE_OPTIONS:
+        given = getattr(options, name, None)
+        if given is None:
+            continue
+        path = stack.enter_context(readable_copy(given))
+        if path != given:
+            shown = "<stdin>" if given == STDIN else given
+            context.copies[str(Path(path).resolve())] = shown
+            setattr(options, name, path)
+            if name == "file":
+                options.shown_file = shown
+
+
+def _interrupted() -> int:
+    print("error: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED

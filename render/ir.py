@@ -1,0 +1,167 @@
+"""The program render writes: defs of statements, each from one torch expression, and how each becomes `ast`.
+
+    Program.functions    # the entry first, then the defs it calls; `.helpers` for sub-jaxprs
+    Function.body        # Statements (a Loop for a run of identical calls, a Define for a nested def)
+    Statement.node()     # the `ast` statement; printers (`module`, `comments`, `html`) read only this
+
+`render.lower` builds a Program from a Trace; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from dataclasses import dataclass, field
+
+from render import names as naming
+from render.names import Scope
+from tracing.trace import Call, Site, Trace
+
+
+def named(name: str, ctx: ast.expr_context | None = None) -> ast.Name:
+    """The `ast` name `name` (loaded unless `ctx` says otherwise)."""
+    return ast.Name(name, ctx or ast.Load())
+
+
+@dataclass
+class Statement:
+    """One assignment (or loop) in a def, for one torch source expression.
+
+    `eqns` are the equations of the caller it computes (a call statement's callee equations
+    are the callee's); `site` is the torch expression it came from; `call` the trace call a
+    call statement stands for (the first one, for a def shared by many calls).
+    """
+
+    targets: list[str]
+    value: ast.expr
+    eqns: list[int]
+    site: Site | None
+    call: Call | None = None
+    target: ast.expr | None = None
+    """The assignment target when it is not a flat tuple of `targets` (`(k, v), state = ...`)."""
+
+    def node(self) -> ast.stmt:
+        if self.target is not None:
+            target = self.target
+        elif not self.targets:
+            return ast.Expr(self.value)
+        elif len(self.targets) == 1:
+            target = named(self.targets[0], ast.Store())
+        else:
+            target = ast.Tuple([named(t, ast.Store()) for t in self.targets], ast.Store())
+        return ast.Assign([target], self.value, lineno=0)
+
+
+@dataclass
+class Loop(Statement):
+    """A run of identical calls rolled back into the `for` loop the torch code had.
+
+    `targets`/`value` are those of the loop's call statement, so a caller that only wants
+    "the JAX for this torch line" can treat it like any statement; `node()` is the loop.
+    """
+
+    loop_target: ast.expr | None = None
+    iterable: ast.expr | None = None
+    body: list[Statement] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+
+    def node(self) -> ast.stmt:
+        return ast.For(self.loop_target, self.iterable, [s.node() for s in self.body], [], lineno=0)
+
+
+@dataclass
+class Function:
+    """One def: a user function or module method, shared by every call with its structure."""
+
+    name: str
+    calls: list[Call]
+    params: list[str]
+    body: list[Statement]
+    returns: ast.expr | None
+    scope: Scope
+    doc: str | None = None
+    # How callers call it: which of a call's args ("arg", i) and inputs ("extra", i) it takes,
+    # in parameter order, and what it gives back.
+    operands: list[tuple[str, int]] = field(default_factory=list)
+    packing: list[list[tuple[str, int]] | None] = field(default_factory=list)
+    """Per parameter after `params`/`state`: None for one operand (the next), or the operands a
+    pytree parameter holds, as `(path, operand position)` (`params` of a JAX function)."""
+    out_slots: list[int] = field(default_factory=list)
+    ret_paths: list[str] = field(default_factory=list)
+    uses_params: bool = False
+    uses_state: bool = False
+    state_out: list[str] = field(default_factory=list)
+    """Buffer paths (relative to the call's module) whose new value it returns."""
+    anchor: str | None = None
+    """The module path its `params`/`state` subtrees start at (of its first call)."""
+    decorators: list[ast.expr] = field(default_factory=list)
+
+    def node(self) -> ast.FunctionDef:
+        body: list[ast.stmt] = []
+        if self.doc:
+            body.append(ast.Expr(ast.Constant(self.doc)))
+        body += [s.node() for s in self.body]
+        if self.returns is not None:
+            body.append(ast.Return(self.returns))
+        if not body:
+            body.append(ast.Pass())
+        args = ast.arguments([], [ast.arg(p) for p in self.params], None, [], [], None, [])
+        return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
+
+
+@dataclass
+class Program:
+    """Everything a module renderer needs: defs, helpers, constants and the params layout."""
+
+    trace: Trace
+    functions: list[Function]
+    helpers: list[Function]
+    constants: list[tuple[str, ast.expr]]
+    entry: Function
+    arg_names: list[str]
+    """The entry's tensor arguments, in order (after `params` and `state` when present)."""
+    param_paths: list[str]
+    state_paths: list[str]
+    fallbacks: Counter[str]
+    """Primitives without a rule, rendered as their exact `bind` (count of equations)."""
+
+    @property
+    def takes_params(self) -> bool:
+        return self.entry.uses_params
+
+    @property
+    def takes_state(self) -> bool:
+        return self.entry.uses_state
+
+    def assigned_names(self) -> list[tuple[str, str]]:
+        """Every name the user defs assign (parameters, targets, loop variables) with its source."""
+        result = []
+        for function in self.functions:
+            seen: set[str] = set()
+            tree = function.node()
+            skip = int(function.uses_params) + int(function.uses_state)
+            names = [a.arg for a in tree.args.args[skip:]]
+            names += [
+                n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            ]
+            for name in names:
+                if name != "_" and name not in seen:
+                    seen.add(name)
+                    result.append((name, function.scope.names.get(name, "fallback")))
+        return result
+
+    def name_share(self) -> tuple[int, int]:
+        """(assigned names derived from torch source identifiers, all assigned names)."""
+        names = self.assigned_names()
+        return sum(source in naming.DERIVED for _, source in names), len(names)
+
+
+@dataclass
+class Define(Statement):
+    """A def nested in the one being written (a loop body): the statements after it call it."""
+
+    function: Function | None = None
+
+    def node(self) -> ast.stmt:
+        assert self.function is not None
+        return self.function.node()

@@ -1,0 +1,8 @@
+"""Trace -> Program: see `render.lower.pipeline` for the steps and docs/architecture.md for the map."""
+
+from __future__ import annotations
+
+from render.lower.context import LoweringError
+from render.lower.pipeline import lower
+
+__all__ = ["LoweringError", "lower"]

@@ -1,0 +1,421 @@
+"""The def of a call of user code: `Body` extended with the call tree's arguments, params and state.
+
+A `CallDef` writes one group's def from its first call: parameters in the torch def's order
+(pytree arguments packed again for a JAX function), module tensors read from its `params` and
+`state` subtrees, child calls as calls of their defs (new state coming back), sub-expressions
+folded into the torch expression they are part of, and the returned values with new state.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from typing import Any
+
+from jax.extend.core import Literal, Var
+
+from render import names as naming
+from render import source as torch_source
+from render.ir import Function, Statement, named
+from render.lower.body import Body
+from render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
+from render.lower.context import INLINE_LIMIT, Context, LoweringError
+from render.lower.paths import (
+    call_args,
+    nested_dict,
+    path_expr,
+    paths_expr,
+    plain_params,
+    relative,
+    spec_expr,
+    tree_root,
+)
+from render.rules import Structured, atom_expr
+from render.source import site_contains
+from tracing.trace import Site
+
+
+class CallDef(Body):
+    """Writes the def a group of calls shares (from its first call's node)."""
+
+    def __init__(self, ctx: Context, tree: CallTree, group: Group) -> None:
+        super().__init__(ctx)
+        self.tree = tree
+        self.group = group
+        self.node = group.nodes[0]
+        self.folded: dict[Any, list[int]] = {}
+        self.uses_params = False
+        self.uses_state = False
+        self.child_states: list[tuple[Node, str]] = []
+
+    def expr(self, v: Any) -> ast.expr:
+        """The expression for value `v` here; folding an inlined expression in, once."""
+        if isinstance(v, Literal):
+            return atom_expr(v, self)
+        if v in self.env:
+            if v in self.folded:
+                self.pending += self.folded.pop(v)
+            return copy.deepcopy(self.env[v])
+        role = self.tree.classify(self.node, v)
+        if role[0] == "param":
+            self.uses_params = True
+            return self.ctx.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
+        if role[0] == "state":
+            self.uses_state = True
+            return self.ctx.state_tree.subscript(named("state"), role[1], self.node.anchor or "")
+        if role[0] == "const":
+            return self.ctx.constant(self.ctx.consts[v], "const")
+        raise LoweringError(f"no value for {v} in `{self.node.call.function}`")
+
+    # -- a user def --------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        node = self.node
+        self.scope.preferred = {name for name, _, _ in node.call.bindings}
+        function = Function("", [n.call for n in self.group.nodes], [], [], None, self.scope)
+        items = self.tree.items(node)
+        self._count_uses(node, items)
+        params = self._parameters(node, function)
+        for item in items:
+            if isinstance(item, Node):
+                self._emit_call(item)
+            else:
+                self._emit_eqn(item)
+        function.returns = self._returns(node, function)
+        function.body = self.body
+        function.params = (
+            (["params"] if self.uses_params else []) + (["state"] if self.uses_state else []) + params
+        )
+        function.uses_params, function.uses_state = self.uses_params, self.uses_state
+        function.state_out = (
+            [relative(p, node.anchor) for p in node.state_out] if node.anchor is not None else []
+        )
+        function.anchor = node.anchor
+        self.group.function = function
+
+    def _count_uses(self, node: Node, items: list[int | Node]) -> None:
+        def use(v: Any, site: Site | None | str) -> None:
+            if isinstance(v, Var):
+                self.uses[v] += 1
+                self.consumer[v] = site
+
+        for item in items:
+            if isinstance(item, Node):
+                function = item.group.function if item.group else None
+                assert function is not None, "callee rendered first"
+                for v in self._call_operands(item, function):
+                    use(v, item.call.call_site)
+            else:
+                for v in self.ctx.eqns[item].invars:
+                    use(v, self.ctx.trace.eqn_sites[item])
+        for _, v in self.tree.returned(node):
+            use(v, "return")
+        for v in self._extra_outputs(node):
+            use(v, "return")
+        for path in node.state_out:
+            if not any(path in c.state_out for c in node.children):
+                use(self.ctx.state_final[path], "return")
+
+    def _call_operands(self, child: Node, function: Function) -> list[Any]:
+        return operand_values(child, function)
+
+    def _extra_outputs(self, node: Node) -> list[Any]:
+        if node.parent is None:
+            return []
+        returned = {v for _, v in self.tree.returned(node)}
+        finals = {self.ctx.state_final[p] for p in node.state_out}
+        return [v for v in node.outputs if v not in returned and v not in finals]
+
+    def _parameters(self, node: Node, function: Function) -> list[str]:
+        low, names = self.ctx, []
+        if node.parent is None:
+            seen: dict[str, str] = {}
+            for item in low.trace.inputs:
+                if item.kind != "arg":
+                    continue
+                base = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
+                root = base.group(0) if base else "arg"
+                if root not in seen:
+                    seen[root] = self.scope.fresh(root, "argument")
+                    names.append(seen[root])
+                self.env[item.var] = path_expr(seen[root], item.name[len(root) :])
+            return names
+        signature = torch_source.parameters(node.call.file, node.call.line)
+        bound = {name for name, _ in node.call.args}
+        unbound = [n for n in signature if n not in bound]
+        operands: list[tuple[str, str, int]] = []  # (name, kind, slot)
+        for index, (name, var) in enumerate(node.call.args):
+            v = low.resolve(var)
+            if v in node.inputs and v not in self.env:
+                operands.append((name, "arg", index))
+                self.env[v] = named(name)  # placeholder until the name is final
+        hoisted_vars = [v for v in node.inputs if made_by_hoisted(low, node, v)]
+        for index, v in enumerate(node.inputs):
+            if v in self.env or self.tree.classify(node, v) != ("extra",):
+                continue
+            if v in hoisted_vars and len(hoisted_vars) == len(unbound):
+                base = unbound[hoisted_vars.index(v)]
+            else:
+                origin = low.trace.origin(v)
+                base = (
+                    naming.leaf_name(origin.name, node.call.module_path)
+                    if origin and origin.name
+                    else naming.expression_name(origin.expression if origin else None) or ""
+                )
+            operands.append((base, "extra", index))
+            self.env[v] = named(base)
+        # In the torch def's parameter order where the names tell it (`x_t, h`), captured values last.
+        order = {name: i for i, name in enumerate(signature)}
+        operands.sort(key=lambda op: order.get(tree_root(op[0]) or op[0], len(order)))
+        trees = low.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
+        grouped: dict[str | int, list[tuple[str, str, int]]] = {}
+        for base, kind, index in operands:
+            root = tree_root(base) if trees and kind == "arg" else None
+            grouped.setdefault(root if root in order else len(grouped), []).append((base, kind, index))
+        for key, members in grouped.items():
+            if not isinstance(key, str):
+                ((base, kind, index),) = members
+                name = self.scope.fresh(base, "argument" if base else "fallback")
+                names.append(name)
+                function.packing.append(None)
+                function.operands.append((kind, index))
+                v = low.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
+                self.env[v] = named(name)
+                continue
+            name = self.scope.fresh(key, "argument")
+            names.append(name)
+            pack = []
+            for base, kind, index in members:
+                pack.append((base[len(key) :], len(function.operands)))
+                function.operands.append((kind, index))
+                self.env[low.resolve(node.call.args[index][1])] = path_expr(name, base[len(key) :])
+            function.packing.append(pack)
+        return names
+
+    def _inlinable(self, v: Any, site: Site | None, value: ast.expr, call_site: bool = False) -> bool:
+        if self.uses[v] != 1 or self.tree.local_name(self.node, v):
+            return False
+        if self.ctx.gradients.get(v) is not None:
+            return False  # the gradient of a named value: a line of its own, to read and to edit
+        consumer = self.consumer.get(v)
+        if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
+            return False  # a long sub-expression of its own (`self.conv1(x)`) reads better named
+        if consumer == "return":
+            return True
+        if site is None or not isinstance(consumer, Site):
+            return False
+        if call_site and consumer == site:
+            return False  # the same call site again: the next iteration of a loop
+        return site_contains(consumer, site)
+
+    def _target(
+        self,
+        v: Any,
+        site: Site | None,
+        fallback: str,
+        operand: ast.expr | None = None,
+        *,
+        made_in_call: bool = False,
+    ) -> str:
+        local = self.tree.local_name(self.node, v)
+        if local:
+            return self.scope.fresh(local, "local")
+        if v in self.ctx.gradients:
+            return self.scope.fresh(self._gradient_base(v, site), "gradient")
+        if v in self.ctx.trace.derivatives:
+            return self.scope.fresh(self._derivative_base(v, site), "gradient")
+        if made_in_call:
+            # A value a callee made and the caller needs (a forward residual): the callee's name for it.
+            origin = self.ctx.trace.origin(v)
+            base = origin.name or naming.expression_name(origin.expression) if origin else None
+            if base:
+                return self.scope.fresh(base, "local" if origin and origin.name else "expression")
+        uses = self.ctx.uses.get(v, [])
+        if (
+            site is not None
+            and isinstance(operand, ast.Name)
+            and uses
+            and any(self.ctx.trace.eqn_sites[u] == site for u in uses if u not in self.ctx.backward_eqns)
+        ):
+            # A step inside one torch expression: a new version of its operand, not the expression.
+            return self.scope.fresh(
+                re.sub(r"_\d+$", "", operand.id), self.scope.names.get(operand.id, "fallback"), temporary=True
+            )
+        base = naming.expression_name(site.text if site else None)
+        if base:
+            return self.scope.fresh(base, "expression", temporary=True)
+        return self.scope.fresh(fallback, "fallback")
+
+    def _emit_eqn(self, index: int) -> None:
+        eqn = self.ctx.eqns[index]
+        site = self.ctx.trace.eqn_sites[index]
+        self.pending = [index]
+        self.site = site
+        operands = [self.expr(v) for v in eqn.invars]
+        value = self.render(eqn, copy.deepcopy(operands))
+        outs = eqn.outvars
+        structured = isinstance(value, Structured)
+        if len(outs) == 1 and not structured and self._inlinable(outs[0], site, value):
+            self.env[outs[0]] = value
+            self.folded[outs[0]] = self._take_pending()
+            return
+        source = self.node.hoisted.get(index)
+        targets = []
+        for v in outs:
+            if not self.uses[v]:
+                targets.append("_")
+            elif source is not None and source.group and source.group.function:
+                targets.append(self._hoisted_name(source, v, site, eqn.primitive.name))
+            else:
+                targets.append(self._target(v, site, eqn.primitive.name, operands[0] if operands else None))
+        if structured:
+            names = {i: t for i, t in enumerate(targets) if t != "_"}
+            self.emit_structured(list(outs), value, names, site, self._take_pending())
+            return
+        self._emit(Statement(targets, value, self._take_pending(), site))
+        for v, t in zip(outs, targets):
+            if t != "_":
+                self.env[v] = named(t)
+
+    def _hoisted_name(self, child: Node, v: Any, site: Site | None, fallback: str) -> str:
+        function = child.group.function if child.group else None
+        if function is not None and v in child.inputs:
+            operand = ("extra", child.inputs.index(v))
+            if operand in function.operands:
+                position = function.operands.index(operand)
+                for name, at in plain_params(function):
+                    if at == position:
+                        return self.scope.fresh(name, "argument")
+        return self._target(v, site, fallback)
+
+    def _emit_call(self, child: Node) -> None:
+        low, node = self.ctx, self.node
+        function = child.group.function if child.group else None
+        assert function is not None
+        self.pending = []
+        self.site = child.call.call_site
+        args: list[ast.expr] = []
+        below = (
+            relative(child.anchor, node.anchor)
+            if child.anchor is not None and node.anchor is not None
+            else ""
+        )
+        if function.uses_params:
+            self.uses_params = True
+            args.append(low.param_tree.subscript(named("params"), below, node.anchor or ""))
+        if function.uses_state:
+            self.uses_state = True
+            args.append(low.state_tree.subscript(named("state"), below, node.anchor or ""))
+        args += call_args(function, [self.expr(v) for v in self._call_operands(child, function)])
+        value: ast.expr = ast.Call(named(function.name), args, [])
+        returned = self.tree.returned(child)
+        extras = [child.outputs[i] for i in function.out_slots]
+        if (
+            len(returned) == 1
+            and returned[0][0] == ""
+            and not function.state_out
+            and not extras
+            and returned[0][1] not in self.env
+            and self._inlinable(returned[0][1], self.site, value, True)
+        ):
+            v = returned[0][1]
+            self.env[v] = value
+            self.folded[v] = self._take_pending()
+            return
+        targets: list[ast.expr] = []
+        flat: list[str] = []
+        if returned:
+            targets.append(self._returned_target(child, returned, flat))
+        if function.state_out:
+            state_name = self.scope.fresh(_state_base(child, node), "parameter")
+            flat.append(state_name)
+            targets.append(named(state_name, ast.Store()))
+            self.child_states.append((child, state_name))
+            for path in child.state_out:
+                var = low.state_final[path]
+                if var not in self.env:
+                    self.env[var] = low.state_tree.subscript(
+                        named(state_name), relative(path, child.anchor or ""), child.anchor or ""
+                    )
+        for v in extras:
+            name = self._target(v, self.site, "value", made_in_call=True)
+            flat.append(name)
+            targets.append(named(name, ast.Store()))
+            self.env[v] = named(name)
+        target = targets[0] if len(targets) == 1 else ast.Tuple(targets, ast.Store())
+        self._emit(Statement(flat, value, self._take_pending(), self.site, child.call, target))
+
+    def _returned_target(self, child: Node, returned: list[tuple[str, Any]], flat: list[str]) -> ast.expr:
+        paths = [p for p, _ in returned]
+        if paths == [""] or paths == [f"[{i}]" for i in range(len(paths))]:
+            names = []
+            for _, v in returned:
+                if v in self.env or not self.uses[v]:
+                    names.append("_")
+                    continue
+                name = self._target(v, self.site, "value")
+                self.env[v] = named(name)
+                names.append(name)
+            flat += [n for n in names if n != "_"]
+            if paths == [""]:
+                return named(names[0], ast.Store())
+            return ast.Tuple([named(n, ast.Store()) for n in names], ast.Store())
+        whole = self.scope.fresh(
+            naming.expression_name(self.site.text if self.site else None) or "result", "expression"
+        )
+        flat.append(whole)
+        for path, v in returned:
+            if v not in self.env:
+                self.env[v] = path_expr(whole, path)
+        return named(whole, ast.Store())
+
+    def _returns(self, node: Node, function: Function) -> ast.expr | None:
+        low = self.ctx
+        parts: list[ast.expr] = []
+        if node.parent is None:
+            leaves = iter(self.expr(v) for _, v in low.outputs)
+            parts.append(spec_expr(low.trace.out_tree, leaves, low.trace.static_outputs))
+        else:
+            returned = self.tree.returned(node)
+            function.ret_paths = [p for p, _ in returned]
+            if returned:
+                parts.append(paths_expr([(p, self.expr(v)) for p, v in returned]))
+            elif not node.state_out and not self._extra_outputs(node):
+                parts.append(ast.Constant(None))
+        if node.state_out:
+            parts.append(self._state_dict(node))
+        extras = self._extra_outputs(node)
+        function.out_slots = [node.outputs.index(v) for v in extras]
+        parts += [self.expr(v) for v in extras]
+        if len(parts) == 1:
+            return parts[0]
+        return ast.Tuple(parts, ast.Load())
+
+    def _state_dict(self, node: Node) -> ast.expr:
+        low, anchor = self.ctx, node.anchor or ""
+        entries: dict[str, ast.expr] = {}
+        for path in node.state_out:
+            child = next((c for c, _ in self.child_states if path in c.state_out), None)
+            if child is not None:
+                name = next(n for c, n in self.child_states if c is child)
+                entries.setdefault(
+                    relative(child.anchor or "", anchor) if child.anchor != anchor else "", named(name)
+                )
+            else:
+                entries[relative(path, anchor)] = self.expr(low.state_final[path])
+        return nested_dict(entries, low.state_tree, anchor)
+
+
+def _state_base(child: Node, node: Node) -> str:
+    below = relative(child.anchor or "", node.anchor or "") if child.anchor != node.anchor else ""
+    last = below.split(".")[-1] if below else ""
+    if not last or last.isdigit():
+        site = child.call.call_site
+        callee = naming.expression_name(site.text if site else None)
+        last = (callee or "call").split("_")[0] if not last else (callee or last)
+        if site and site.text:
+            match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(", site.text)
+            if match:
+                last = match.group(1)
+    return f"new_{last}_state"

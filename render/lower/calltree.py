@@ -1,0 +1,305 @@
+"""The call tree of a lowering: which calls become defs, what each takes and gives, which calls share a def.
+
+Each `Node` is a call of user code with the equations it (and its callees) computed, its inputs
+and outputs as values, and the module path its `params`/`state` subtrees start at.  `signature`
+describes everything that decides how a node renders, values referred to by role; nodes with
+the same signature form a `Group` and share one def.  `hoist` moves computations of captured
+values (a cell's `x[:, t]`) out to the caller so the calls share one def again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from jax.extend.core import Literal, Var
+
+from render.ir import Function
+from render.lower.context import Context, canonical
+from render.lower.paths import relative, under
+from tracing.trace import Call
+
+
+@dataclass(eq=False)
+class Node:
+    call: Call
+    parent: Node | None
+    anchor: str | None
+    position: int
+    own: list[int] = field(default_factory=list)
+    hoisted: dict[int, Node] = field(default_factory=dict)
+    children: list[Node] = field(default_factory=list)
+    eqns: set[int] = field(default_factory=set)
+    inputs: list[Any] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    state_out: list[str] = field(default_factory=list)
+    group: Group | None = None
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    @property
+    def code(self) -> tuple[str, int, str]:
+        return (self.call.file, self.call.line, self.call.function)
+
+
+@dataclass(eq=False)
+class Group:
+    key: int
+    """The id of its nodes' signature (`CallTree.key`)."""
+    nodes: list[Node]
+    height: int = 0
+    function: Function | None = None
+
+
+class CallTree:
+    """The trace's call tree, cut to the calls that compute something, and questions about its nodes."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._ids: dict[str, int] = {}
+        """Each signature seen, by its id: a caller's signature names a callee's by id, so
+        signatures stay as long as the caller's own body however deep the calls nest."""
+        self._keys: dict[Node, int] = {}
+        """Signature ids of nodes not grouped yet, valid until the tree changes."""
+        root = self.build(ctx.trace.root, None)
+        assert root is not None
+        self.root = root
+        self.dataflow(root)
+
+    def build(self, call: Call, parent: Node | None) -> Node | None:
+        if parent is None:
+            anchor = "" if self.ctx.module_entry else None
+        elif call.module_path is not None and under(call.module_path, parent.anchor):
+            anchor = call.module_path
+        else:
+            anchor = parent.anchor
+        eqns = [i for i in call.all_eqns() if i in self.ctx.live]
+        if not eqns and parent is not None:
+            return None
+        node = Node(call, parent, anchor, min(eqns) if eqns else 0)
+        node.own = [i for i in call.eqns if i in self.ctx.live]
+        node.children = [c for c in (self.build(child, node) for child in call.children) if c is not None]
+        return node
+
+    def dataflow(self, node: Node) -> None:
+        for child in node.children:
+            self.dataflow(child)
+        node.eqns = set(node.own).union(*(c.eqns for c in node.children))
+        defined: set[Any] = set()
+        inputs: dict[Any, None] = {}
+        for i in sorted(node.eqns):
+            for v in self.ctx.eqns[i].invars:
+                if isinstance(v, Var) and v not in defined:
+                    inputs.setdefault(v)
+            defined.update(self.ctx.eqns[i].outvars)
+        node.inputs = list(inputs)
+        node.outputs = sorted(
+            (
+                v
+                for v in defined
+                if v in self.ctx.program_outs or any(u not in node.eqns for u in self.ctx.uses.get(v, ()))
+            ),
+            key=lambda v: _defining_index(self.ctx.eqns, node.eqns, v),
+        )
+        node.state_out = [
+            path for path, var in self.ctx.state_final.items() if var in defined and under(path, node.anchor)
+        ]
+
+    def classify(self, node: Node, v: Any) -> tuple:
+        """How `node`'s def gets input `v`: an argument, its params/state subtree, or an extra."""
+        if node.parent is None:
+            item = self.ctx.input_of.get(v)
+            if item is not None and item.kind == "arg":
+                return ("arg", item.name)
+        else:
+            for index, (_, var) in enumerate(node.call.args):
+                if self.ctx.resolve(var) is v:
+                    return ("arg", index)
+        item = self.ctx.input_of.get(v)
+        if item is not None and item.kind in ("param", "buffer") and under(item.name, node.anchor):
+            kind = "state" if v in self.ctx.state_in else "param"
+            return (kind, relative(item.name, node.anchor))
+        if v in self.ctx.consts:
+            return ("const",)
+        return ("extra",)
+
+    def items(self, node: Node) -> list[int | Node]:
+        """What `node`'s body does, in order: its own equations and its child calls."""
+        keyed: list[tuple[tuple[int, int, int], int | Node]] = []
+        for i in node.own:
+            source = node.hoisted.get(i)
+            keyed.append(((source.position if source else i, 0, i), i))
+        for child in node.children:
+            keyed.append(((child.position, 1, 0), child))
+        return [item for _, item in sorted(keyed, key=lambda pair: pair[0])]
+
+    def local_name(self, node: Node, v: Any) -> str | None:
+        for name, _line, var in node.call.bindings:
+            if self.ctx.resolve(var) is v:
+                return name
+        return None
+
+    def returned(self, node: Node) -> list[tuple[str, Any]]:
+        if node.parent is None:
+            return list(self.ctx.outputs)
+        # A result nobody used is not computed (a loss under `jax.grad`): the call returns the rest.
+        return [
+            (p, self.ctx.resolve(v))
+            for p, v in node.call.returned
+            if isinstance(v, Var) and self.ctx.resolve(v) in self.ctx.available
+        ]
+
+    def key(self, node: Node) -> int:
+        """The id of `node`'s signature: equal ids, equal signatures."""
+        if node.group is not None:
+            return node.group.key
+        if node not in self._keys:
+            self._keys[node] = self._id(self.signature(node))
+        return self._keys[node]
+
+    def _id(self, signature: str) -> int:
+        return self._ids.setdefault(signature, len(self._ids))
+
+    def signature(self, node: Node, exclude: frozenset[int] = frozenset()) -> str:
+        """Everything that decides how `node` renders, with values referred to by role (and
+        callees by the id of their signature)."""
+        refs: dict[Any, tuple] = {}
+        extras = 0
+
+        def ref(v: Any) -> tuple:
+            nonlocal extras
+            if isinstance(v, Literal):
+                return ("literal", repr(v.val), str(v.aval))
+            if v not in refs:
+                role = self.classify(node, v)
+                if role == ("extra",):
+                    role = ("extra", extras)
+                    extras += 1
+                refs[v] = role
+            return refs[v]
+
+        parts: list[Any] = [node.code, node.anchor is None]
+        for position, item in enumerate(self.items(node)):
+            if isinstance(item, Node):
+                parts.append(
+                    (
+                        "call",
+                        self.key(item),
+                        # Its params and state come as one subtree: which leaves, the callee's
+                        # signature says, so a deep call's leaves are not listed at every level.
+                        tuple(r for r in (ref(v) for v in item.inputs) if r[0] not in ("param", "state")),
+                        relative(item.anchor, node.anchor)
+                        if item.anchor is not None and node.anchor is not None
+                        else None,
+                    )
+                )
+                for j, v in enumerate(item.outputs):
+                    refs[v] = ("call", position, j)
+                continue
+            eqn = self.ctx.eqns[item]
+            if item in exclude:
+                continue
+            site = self.ctx.trace.eqn_sites[item]
+            parts.append(
+                (
+                    eqn.primitive.name,
+                    canonical(eqn.params),
+                    tuple(ref(v) for v in eqn.invars),
+                    tuple(str(v.aval) for v in eqn.outvars),
+                    (site.line, site.col, site.end_line, site.end_col) if site else None,
+                    tuple(self.local_name(node, v) for v in eqn.outvars),
+                )
+            )
+            for j, v in enumerate(eqn.outvars):
+                refs[v] = ("eqn", position, j)
+        parts.append(("returns", tuple((p, ref(v)) for p, v in self.returned(node))))
+        parts.append(("outputs", tuple(ref(v) for v in node.outputs), tuple(node.state_out)))
+        return repr(parts)
+
+    def hoist(self, root: Node) -> None:
+        """Move computations of captured values out of calls that differ only in those.
+
+        A cell called at every time step with `x[:, t]` reads `x` itself (torchax materializes
+        the slice inside the call), so each call slices differently; the slice belongs to
+        the caller, and the calls then share one def.
+        """
+        by_code: dict[tuple, list[Node]] = {}
+        for node in root.walk():
+            if node.parent is not None:
+                by_code.setdefault(node.code, []).append(node)
+        changed = False
+        for nodes in by_code.values():
+            if len(nodes) < 2 or len({self.key(n) for n in nodes}) == 1:
+                continue
+            plans = [(n, self.hoistable(n)) for n in nodes]
+            if not all(h for _, h in plans):
+                continue
+            if len({self.signature(n, frozenset(h)) for n, h in plans}) != 1:
+                continue
+            for node, hoisted in plans:
+                node.own = [i for i in node.own if i not in hoisted]
+                assert node.parent is not None
+                node.parent.own += sorted(hoisted)
+                for i in hoisted:
+                    node.parent.hoisted[i] = node
+            changed = True
+            self._keys.clear()
+        if changed:
+            self.dataflow(root)
+
+    def hoistable(self, node: Node) -> list[int]:
+        """`node`'s own equations that depend only on captured values (and each other)."""
+        made: set[Any] = set()
+        inputs = set(node.inputs)
+        result = []
+        for i in node.own:
+            eqn = self.ctx.eqns[i]
+            if eqn.effects:
+                continue
+            if all(
+                isinstance(v, Literal) or v in made or (v in inputs and self.classify(node, v) == ("extra",))
+                for v in eqn.invars
+            ):
+                result.append(i)
+                made.update(eqn.outvars)
+        return result
+
+    def group(self, root: Node) -> list[Group]:
+        groups: dict[int, Group] = {}
+        order: list[Group] = []
+
+        def visit(node: Node) -> int:
+            height = max((visit(c) for c in node.children), default=-1) + 1
+            key = self._id(self.signature(node))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = Group(key, [], height)
+                order.append(group)
+            group.nodes.append(node)
+            node.group = group
+            return height
+
+        visit(root)
+        return order
+
+
+def operand_values(node: Node, function: Function) -> list[Any]:
+    return [node.call.args[i][1] if kind == "arg" else node.inputs[i] for kind, i in function.operands]
+
+
+def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
+    parent = node.parent
+    return parent is not None and any(
+        source is node and v in ctx.eqns[i].outvars for i, source in parent.hoisted.items()
+    )
+
+
+def _defining_index(eqns: list[Any], within: set[int], v: Any) -> tuple[int, int]:
+    """Where `v` is made: its equation, then its place among that equation's outputs (a `split`'s)."""
+    found = (i for i in sorted(within) if v in eqns[i].outvars)
+    index = next(found, -1)
+    return (index, list(eqns[index].outvars).index(v)) if index >= 0 else (-1, 0)

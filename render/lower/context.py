@@ -1,0 +1,177 @@
+"""What every def of a lowering reads: the cleaned equations, who uses each value, the module's names.
+
+`Context(trace)` drops repeated equations (torchax re-slices a view each time it is read) and dead
+ones, counts uses, and maps each input to its role (argument, parameter, state buffer); it holds
+the module-level things defs add as they are written: constants, helper defs, names, fallbacks.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from typing import Any
+
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
+
+from render import names as naming
+from render.ir import Function, named
+from render.lower.paths import Tree
+from render.names import Scope
+from tracing.trace import Input, Trace
+
+CALL_LIKE = frozenset(
+    {"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call", "custom_vjp_call",
+     "custom_vjp_call_jaxpr", "custom_lin"}
+)
+"""Primitives that call their body once: when no rule can write one, its body inline computes the same."""
+MODULE_NAMES = frozenset(
+    {"jax", "jnp", "lax", "np", "torch", "load_params", "_lists", "_is_state", "STATE_BUFFERS"}
+    | {"params", "state"}
+)
+INLINE_LIMIT = 60
+"""A sub-expression of another torch expression is written inside it when at most this long."""
+
+
+class LoweringError(Exception):
+    """The trace has a shape this lowering cannot express; the message says where."""
+
+
+class Context:
+    """The trace's equations cleaned up, and the module-level state every def writer shares."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.jaxpr = trace.jaxpr.jaxpr
+        self.alias = common_subexpressions(trace)
+        self.eqns = [
+            eqn.replace(invars=[self.alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+            for eqn in self.jaxpr.eqns
+        ]
+        outvars = [self.resolve(v) for v in self.jaxpr.outvars]
+        self.live = live_eqns(self.eqns, outvars, self.alias)
+        self.uses: dict[Any, list[int]] = {}
+        for i in sorted(self.live):
+            for v in self.eqns[i].invars:
+                if isinstance(v, Var):
+                    self.uses.setdefault(v, []).append(i)
+        self.program_outs = {v for v in outvars if isinstance(v, Var)}
+        self.available = {v for i in self.live for v in self.eqns[i].outvars}
+        self.available.update(self.jaxpr.invars, self.jaxpr.constvars)
+        self.gradients = trace.gradients
+        self.backward_eqns = {
+            i for i, eqn in enumerate(self.eqns) if any(v in self.gradients for v in eqn.outvars)
+        }
+        self.outputs = [(p, self.resolve(v)) for p, v in trace.outputs]
+        self.input_of: dict[Any, Input] = {i.var: i for i in trace.inputs}
+        self.state_in = {s.input.var: s.input.name for s in trace.state}
+        self.state_final = {s.input.name: self.resolve(s.var) for s in trace.state}
+        stored = [i.name for i in trace.inputs if i.kind in ("param", "buffer")]
+        self.param_tree = Tree([p for p in stored if p not in self.state_final])
+        self.state_tree = Tree(list(self.state_final))
+        self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
+        self.module_entry = any(i.kind != "arg" for i in trace.inputs) or trace.root.module_path is not None
+        # `params` and `state` name the trees of a module's tensors; a function's arguments may take them.
+        self.reserved = MODULE_NAMES if self.module_entry else MODULE_NAMES - {"params", "state"}
+        self.module = Scope(reserved=set(self.reserved))
+        self.constants: list[tuple[str, ast.expr]] = []
+        self.constant_names: dict[tuple, str] = {}
+        self.helpers: list[Function] = []
+        self.helper_names: dict[str, str] = {}
+        self.custom_names: dict[tuple, str] = {}
+        self.fallbacks: Counter[str] = Counter()
+
+    def resolve(self, v: Any) -> Any:
+        """The value an equation computed first, for a repeat of the same equation."""
+        return self.alias.get(v, v) if isinstance(v, Var) else v
+
+    def constant(self, value: Any, hint: str) -> ast.expr:
+        array = np.asarray(value)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        name = self.constant_names.get(key)
+        if name is None:
+            name = self.module.fresh(naming.identifier(hint, "const").upper(), "local")
+            self.constant_names[key] = name
+            self.constants.append((name, array_literal(array)))
+        return named(name)
+
+
+def common_subexpressions(trace: Trace) -> dict[Any, Any]:
+    """Repeats of an equation within one call, mapped to the first one's outputs.
+
+    torchax re-slices a view each time it is read (`x_re * cos` slices `pairs` again); the
+    first slice is the one bound to `x_re`.  The same pure operation on the same operands
+    gives the same bits, so each value is computed once, under its torch name.
+    """
+    eqns = trace.jaxpr.jaxpr.eqns
+    alias: dict[Any, Any] = {}
+    for call in trace.root.walk():
+        seen: dict[Any, Any] = {}
+        for i in call.eqns:
+            eqn = eqns[i]
+            if eqn.effects:
+                continue
+            operands = tuple(
+                ("literal", repr(v.val), str(v.aval)) if isinstance(v, Literal) else alias.get(v, v)
+                for v in eqn.invars
+            )
+            key = (
+                eqn.primitive.name,
+                canonical(eqn.params),
+                operands,
+                tuple(str(v.aval) for v in eqn.outvars),
+            )
+            first = seen.get(key)
+            if first is None:
+                seen[key] = eqn
+                continue
+            for mine, theirs in zip(eqn.outvars, first.outvars):
+                alias[mine] = theirs
+    return alias
+
+
+def live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> set[int]:
+    needed = {v for v in outvars if isinstance(v, Var)}
+    live: set[int] = set()
+    for i in range(len(eqns) - 1, -1, -1):
+        eqn = eqns[i]
+        if any(v in alias for v in eqn.outvars):
+            continue  # a repeat: its first occurrence computes it
+        if eqn.effects or any(v in needed for v in eqn.outvars):
+            live.add(i)
+            needed.update(v for v in eqn.invars if isinstance(v, Var))
+    return live
+
+
+def canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, canonical(v)) for k, v in value.items())
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return tuple(canonical(v) for v in value)
+    if isinstance(value, (ClosedJaxpr, Jaxpr)):
+        return str(value)
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    return re.sub(r"0x[0-9a-f]+", "", repr(value))
+
+
+def array_literal(array: np.ndarray) -> ast.expr:
+    dtype = ast.Attribute(named("np"), array.dtype.name, ast.Load())
+    flat = array.reshape(-1)
+    if flat.size and (flat == flat[0]).all():
+        value = ast.parse(repr(flat[0].item()), mode="eval").body
+        return ast.Call(
+            ast.Attribute(named("np"), "full", ast.Load()),
+            [ast.Constant(array.shape), value],
+            [ast.keyword("dtype", dtype)],
+        )
+    if array.ndim == 1 and array.size > 1 and np.issubdtype(array.dtype, np.integer):
+        step = int(array[1] - array[0])
+        if step and (np.diff(array) == step).all():
+            args = [ast.Constant(int(array[0])), ast.Constant(int(array[-1]) + step), ast.Constant(step)]
+            return ast.Call(
+                ast.Attribute(named("np"), "arange", ast.Load()), args, [ast.keyword("dtype", dtype)]
+            )
+    value = ast.parse(repr(array.tolist()), mode="eval").body
+    return ast.Call(ast.Attribute(named("np"), "array", ast.Load()), [value], [ast.keyword("dtype", dtype)])

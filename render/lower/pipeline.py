@@ -1,0 +1,92 @@
+"""Lower a `Trace` to a `Program`: one def per distinct call of user code, values named after torch.
+
+    program = lower(trace)
+    program.functions            # entry first, then in call order; each with `.body` statements
+
+Calls of the same code with the same structure (layer 0..N-1) share one `Function`; module
+methods read their module's params subtree (`params["wqkv"]["weight"]`), buffers written in
+place come in as `state` and go out as new state.  Runs of identical calls become loops, so
+the program does not grow with the number of layers.  Every equation is rendered by
+`render.rules`; nothing here changes what is computed, only where and under which name.
+
+The steps, each in its module: `context` (cleaned equations, uses, roles), `calltree` (nodes,
+hoisting, grouping by signature), `calldef` (one def per group, on the base writer in `body`),
+`variants` (defs that differ only in shapes merged), `loops` (runs of calls rolled back).
+"""
+
+from __future__ import annotations
+
+from render import names as naming
+from render.ir import Function, Program
+from render.lower.calldef import CallDef
+from render.lower.calltree import CallTree
+from render.lower.context import Context
+from render.lower.loops import reroll
+from render.lower.variants import merge_variants
+from tracing.trace import Trace
+
+
+def lower(trace: Trace) -> Program:
+    """The program for `trace`: defs for its call tree, statements for its equations."""
+    ctx = Context(trace)
+    tree = CallTree(ctx)
+    root = tree.root
+    tree.hoist(root)
+    groups = tree.group(root)
+    entry_base = "forward" if ctx.module_entry else naming.function_name(root.call.function)
+    entry_name = ctx.module.fresh(entry_base, "local")
+    for height in sorted({g.height for g in groups}):
+        level = [g for g in groups if g.height == height]
+        for group in level:
+            CallDef(ctx, tree, group).build()
+        merge_variants(level)
+        for group in level:
+            function = group.function
+            assert function is not None
+            if function.name == "":
+                is_entry = group.nodes[0] is root
+                function.name = (
+                    entry_name
+                    if is_entry
+                    else ctx.module.fresh(naming.function_name(group.nodes[0].call.function), "local")
+                )
+    functions: list[Function] = []
+    for node in root.walk():
+        function = node.group.function if node.group else None
+        if function is not None and function not in functions:
+            functions.append(function)
+    for function in functions:
+        reroll(ctx, function)
+        function.doc = _docstring(function)
+    entry = root.group.function
+    arg_names = entry.params[int(entry.uses_params) + int(entry.uses_state) :]
+    return Program(
+        trace=trace,
+        functions=functions,
+        helpers=ctx.helpers,
+        constants=ctx.constants,
+        entry=entry,
+        arg_names=arg_names,
+        param_paths=[
+            i.name for i in trace.inputs if i.kind != "arg" and i.name not in ctx.state_final
+        ],
+        state_paths=list(ctx.state_final),
+        fallbacks=ctx.fallbacks,
+    )
+
+
+def _docstring(function: Function) -> str:
+    first = function.calls[0]
+    where = f"`{first.function}`, {first.file.replace(chr(92), '/').rsplit('/', 1)[-1]}"
+    if first.line:  # line 0: a transformation of the code (`jax.grad(f)`), not a def of its own
+        where += f":{first.line}"
+    paths = [c.module_path for c in function.calls if c.module_path]
+    if len(function.calls) == 1:
+        return where + (f", for `{paths[0]}`." if paths else ".")
+    span = ""
+    if len(paths) == len(function.calls):
+        span = f" of `{paths[0]}`" if len(set(paths)) == 1 else f": `{paths[0]}` ... `{paths[-1]}`"
+    text = f"{where}, for {len(function.calls)} calls{span}."
+    if len(text) <= 80:
+        return text
+    return f"{where}.\n\nShared by {len(function.calls)} calls{span}."

@@ -1,0 +1,67 @@
+"""Each jaxpr equation as a JAX expression: an idiomatic form where one is exact, else the `jax.lax` call.
+
+`render_eqn(eqn, args, emitter)` returns one `ast.expr` whose value is the equation's output
+(a sequence of outputs, tuple or list, when it has several), or a `Structured` value built
+otherwise.  `args` are the expressions for its operands, already named by the caller; operands
+that are jaxpr literals are rendered here from the literal itself, so their dtype survives.
+`RULES` maps each primitive name to its one rule; an equation without one becomes
+``jax.extend.core.primitives.<name>_p.bind(*args, **params)``.
+
+Rules live in modules by family (`elementwise`, `shapes`, `reductions`, `linalg`, `random`,
+`known_calls`, `control`); each family keeps its own table and `RULES` is their union, built
+here in that order: a primitive with two rules is an error at import.  To add a rule, add a
+`@rule("name")` function to its family's module (see docs/architecture.md).
+
+Every rule is exact: the code it writes re-traces to the same primitive with the same params
+and evaluates to the same bits (`tests/test_ops.py` and the fuzzer prove it on real torchax
+equations).  That is why some tempting forms are not used:
+
+- `x + 0.0 -> x` and `x * 1.0 -> x` are not exact (`-0.0`; XLA flushes denormals when it runs
+  the multiply eagerly), so neither is simplified away;
+- `a / b` is true division in `jnp`, so integer `div` stays `lax.div`; `%` is floor modulo,
+  so `rem` stays `lax.rem`;
+- `jnp.sum` accumulates `bfloat16` in `float32`, `jnp.flip`, `jnp.round`, `jnp.clip` and
+  `jnp.where` add a `jit` wrapper: those equations use `lax` functions (a `jit` equation that
+  *is* such a wrapper renders as the `jnp` call, after checking that its body is identical).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from jax.extend.core import Literal
+
+from render.rules import control, elementwise, known_calls, linalg, random, reductions, shapes
+from render.rules._core import Rule, atom_expr, call, dotted, exact
+from render.rules.emitter import Emitter, Flat, Shape, Signature, Structured, indices, pack, shape_expr
+from render.rules.known_calls import function_source
+
+__all__ = [
+    "RULES", "Emitter", "Flat", "Rule", "Shape", "Signature", "Structured", "atom_expr", "call", "dotted",
+    "function_source", "indices", "pack", "render_eqn", "shape_expr",
+]
+
+FAMILIES = (elementwise, shapes, reductions, linalg, random, known_calls, control)
+
+
+def _union() -> dict[str, Rule]:
+    table: dict[str, Rule] = {}
+    for family in FAMILIES:
+        for name, fn in family.RULES.items():
+            if name in table:
+                raise ValueError(f"two rules for `{name}`: in {family.__name__} and before it")
+            table[name] = fn
+    return table
+
+
+RULES: dict[str, Rule] = _union()
+
+
+def render_eqn(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr | Structured:
+    """One expression for `eqn`'s output(s), given expressions for its operands."""
+    args = [
+        atom_expr(var, emitter) if isinstance(var, Literal) else arg for var, arg in zip(eqn.invars, args)
+    ]
+    fn = RULES.get(eqn.primitive.name, exact)
+    return fn(eqn, args, emitter)

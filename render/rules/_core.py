@@ -1,0 +1,280 @@
+"""Building blocks every rule family uses: the exact `bind` fallback, literals, operand predicates.
+
+Family modules import from here (private names included: this module is the subpackage's own);
+code outside `render.rules` imports what `render.rules` exports.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import functools
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Literal
+
+from render.rules.emitter import Emitter, Structured
+
+Rule = Callable[[Any, list[ast.expr], Emitter], "ast.expr | Structured"]
+
+
+def registrar(table: dict[str, Rule]) -> Callable[..., Callable[[Rule], Rule]]:
+    """`@rule("neg")` for a family's `table`: one rule per primitive, a second one is an error."""
+
+    def rule(*names: str) -> Callable[[Rule], Rule]:
+        def register(fn: Rule) -> Rule:
+            for name in names:
+                if name in table:
+                    raise ValueError(f"two rules for `{name}`: {table[name].__name__} and {fn.__name__}")
+                table[name] = fn
+            return fn
+
+        return register
+
+    return rule
+
+
+def exact(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    """``<primitive>.bind(*args, **params)``: the equation itself, whatever it is.
+
+    Jaxpr-valued params become ``jax.make_jaxpr(<nested function>)(<operand types>)``.
+    """
+    primitive = ast.Attribute(dotted(primitive_path(eqn.primitive)), "bind", ast.Load())
+    keywords = [ast.keyword(k, _param_expr(k, v, emitter)) for k, v in eqn.params.items()]
+    return call(primitive, args, keywords)
+
+
+def _param_expr(key: str, value: Any, emitter: Emitter) -> ast.expr:
+    if isinstance(value, ClosedJaxpr):
+        return staged_jaxpr(value, key, emitter)
+    if hasattr(value, "_fields"):
+        fields = [ast.keyword(f, _param_expr(f, getattr(value, f), emitter)) for f in value._fields]
+        return call(class_path(type(value)), [], fields)
+    if isinstance(value, (tuple, list)) and any(isinstance(v, ClosedJaxpr) for v in value):
+        return ast.Tuple([_param_expr(key, v, emitter) for v in value], ast.Load())
+    return literal(value, emitter)
+
+
+def staged_jaxpr(closed: Any, hint: str, emitter: Emitter) -> ast.expr:
+    """`jax.make_jaxpr(fn)(jax.ShapeDtypeStruct(...), ...)`: a ClosedJaxpr rebuilt from source."""
+    fn = emitter.function(closed, hint)
+    return call(call("jax.make_jaxpr", [fn]), [aval_expr(v.aval) for v in closed.jaxpr.invars])
+
+
+def aval_expr(aval: Any) -> ast.expr:
+    keywords = [kw("weak_type", True)] if getattr(aval, "weak_type", False) else []
+    return call("jax.ShapeDtypeStruct", [literal(tuple(aval.shape)), dtype_expr(aval.dtype)], keywords)
+
+
+# Where primitives live publicly; the last resort is the jax module that defines them.
+_PRIMITIVE_HOMES = ("jax.extend.core.primitives", "jax.lax", "jax.lax.linalg")
+
+
+@functools.cache
+def primitive_path(primitive: Any) -> str:
+    """A dotted path to the primitive object, public when jax exports it."""
+    for home in _PRIMITIVE_HOMES:
+        module = importlib.import_module(home)
+        for name in dir(module):
+            if name.endswith("_p") and getattr(module, name) is primitive:
+                return f"{home}.{name}"
+    for module_name, module in sorted(sys.modules.items()):
+        if module_name.startswith("jax.") and module is not None:
+            for name in dir(module):
+                if name.endswith("_p") and getattr(module, name, None) is primitive:
+                    return f"{module_name}.{name}"
+    raise NotImplementedError(f"cannot find where jax keeps the primitive {primitive.name!r}")
+
+
+# -- operands ---------------------------------------------------------------------------------------
+
+
+def atom_expr(var: Any, emitter: Emitter | None = None) -> ast.expr:
+    """A jaxpr literal as source that traces back to the same literal, dtype and weak type included.
+
+    A weakly typed literal is a bare Python number (that is what made it weak); any other is
+    wrapped in its dtype, `jnp.float32(2.0)`, so `jnp` promotion cannot change it.
+    """
+    value, aval = var.val, var.aval
+    if np.ndim(value) != 0:
+        if emitter is None:
+            raise NotImplementedError(f"no source form for array literal {var}")
+        return emitter.constant(np.asarray(value), "const")
+    dtype = np.dtype(aval.dtype)
+    if dtype == np.bool_:
+        return ast.Constant(bool(value))
+    number = scalar(value, dtype)
+    if aval.weak_type:
+        return number
+    return call(dtype_expr(dtype), [number])
+
+
+def typed_literal(var: Any) -> ast.expr:
+    """A scalar literal wrapped in its dtype even when weakly typed: `jnp.float32(2.0)`."""
+    dtype = np.dtype(var.aval.dtype)
+    if dtype == np.bool_:
+        return call("jnp.bool_", [ast.Constant(bool(var.val))])
+    return call(dtype_expr(dtype), [scalar(var.val, dtype)])
+
+
+def scalar(value: Any, dtype: Any) -> ast.expr:
+    """A Python number that converts back to exactly `value` in `dtype`: `0.1`, not `0.10000000149011612`."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iub":
+        return _number(int(value))
+    if dtype.kind == "c":
+        return ast.Call(ast.Name("complex", ast.Load()), [scalar(value.real, np.float64), scalar(
+            value.imag, np.float64)], [])
+    as_float = float(value)
+    if np.isfinite(as_float) and as_float != 0.0:
+        short = float(str(dtype.type(value)))
+        if np.array(short).astype(dtype).tobytes() == np.array(value, dtype).tobytes():
+            as_float = short
+    return _number(as_float)
+
+
+def loose(eqn: Any, args: list[ast.expr], i: int) -> ast.expr:
+    """Operand `i` for a `jnp` operator: a literal may drop its dtype wrapper when the other
+    operand, a traced non-weak array of the same dtype, decides the result type anyway."""
+    var = eqn.invars[i]
+    if not isinstance(var, Literal) or var.aval.weak_type:
+        return args[i]
+    others = [v for j, v in enumerate(eqn.invars) if j != i]
+    if any(
+        not isinstance(v, Literal) and not v.aval.weak_type and v.aval.dtype == var.aval.dtype for v in others
+    ):
+        value = args[i]
+        if isinstance(value, ast.Call) and len(value.args) == 1:
+            return value.args[0]
+    return args[i]
+
+
+def _promotes_to_itself(eqn: Any, args: Sequence[ast.expr] | None = None) -> bool:
+    """Whether `jnp` type promotion, given these operand expressions, leaves the operands alone.
+
+    All share one dtype, at least one is traced, and each traced one already has the result's
+    weak type (weak only if every operand is: a bare Python number is, a `jnp.float32(2.0)` is
+    not).  Otherwise `jnp` converts a traced operand, an equation the original does not have.
+    """
+    traced = [v for v in eqn.invars if _is_traced(v)]
+    if not traced or len({_dtype(v) for v in eqn.invars}) != 1:
+        return False
+    args = args if args is not None else [ast.Name("_", ast.Load())] * len(eqn.invars)
+    weak = all(v.aval.weak_type if _is_traced(v) else _is_python_number(a) for v, a in zip(eqn.invars, args))
+    return all(v.aval.weak_type == weak for v in traced)
+
+
+def _is_python_number(node: ast.expr) -> bool:
+    """`2.0`, `-1`, `jnp.inf`, `-jnp.inf`: source that is a Python scalar (so weakly typed)."""
+    if isinstance(node, ast.UnaryOp):
+        node = node.operand
+    return isinstance(node, ast.Constant) or (isinstance(node, ast.Attribute) and node.attr in ("inf", "nan"))
+
+
+def _is_traced(var: Any) -> bool:
+    return not isinstance(var, Literal)
+
+
+def _dtype(var: Any) -> np.dtype:
+    return np.dtype(var.aval.dtype)
+
+
+def _is_float(var: Any) -> bool:
+    return jnp.issubdtype(var.aval.dtype, jnp.inexact)
+
+
+
+def _non_default(params: dict[str, Any], defaults: dict[str, Any]) -> list[ast.keyword]:
+    """Keywords for the params that differ from the function's defaults."""
+    return [kw(k, params[k]) for k, default in defaults.items() if params[k] != default]
+
+
+def _lambda_args(names: list[str]) -> ast.arguments:
+    return ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
+
+
+# -- building blocks for rules ----------------------------------------------------------------------
+
+
+def dotted(path: str) -> ast.expr:
+    """`a.b.c` as an expression."""
+    head, *rest = path.split(".")
+    node: ast.expr = ast.Name(head, ast.Load())
+    for part in rest:
+        node = ast.Attribute(node, part, ast.Load())
+    return node
+
+
+def call(fn: ast.expr | str, args: list[ast.expr], keywords: list[ast.keyword] | None = None) -> ast.Call:
+    return ast.Call(dotted(fn) if isinstance(fn, str) else fn, list(args), keywords or [])
+
+
+def kw(name: str, value: Any, emitter: Emitter | None = None) -> ast.keyword:
+    return ast.keyword(name, literal(value, emitter))
+
+
+def literal(value: Any, emitter: Emitter | None = None) -> ast.expr:
+    """Source for a parameter value: Python scalars and containers, dtypes, enums, lax records."""
+    if isinstance(value, ast.AST):
+        return value
+    if value is None or isinstance(value, (bool, str)):
+        return ast.Constant(value)
+    if isinstance(value, enum.Enum):
+        return dotted(f"{class_path(type(value))}.{value.name}")
+    if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        return _number(value)
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        return _number(value.item())
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        node = ast.Tuple if isinstance(value, tuple) else ast.List
+        return node([literal(v, emitter) for v in value], ast.Load())
+    if isinstance(value, dict):
+        return ast.Dict([literal(k, emitter) for k in value], [literal(v, emitter) for v in value.values()])
+    if isinstance(value, (np.dtype, type)) and _is_dtype(value):
+        return dtype_expr(value)
+    if hasattr(value, "_fields"):  # NamedTuple records such as lax.GatherDimensionNumbers
+        fields = [ast.keyword(f, literal(getattr(value, f), emitter)) for f in value._fields]
+        return call(class_path(type(value)), [], fields)
+    if type(value).__name__ == "ClosedJaxpr" and emitter is not None:
+        return emitter.function(value, "body")
+    if isinstance(value, np.ndarray) and emitter is not None:
+        return emitter.constant(value, "const")
+    raise NotImplementedError(f"no source form for parameter {value!r} of type {type(value).__name__}")
+
+
+def dtype_expr(dtype: Any) -> ast.expr:
+    name = np.dtype(dtype).name
+    return dotted(f"jnp.{name}" if name != "bool" else "jnp.bool_")
+
+
+def _is_dtype(value: Any) -> bool:
+    try:
+        np.dtype(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _number(value: Any) -> ast.expr:
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not np.isfinite(value):
+        text = "inf" if value > 0 else "-inf" if value < 0 else "nan"
+        return dotted(f"jnp.{text}") if text != "-inf" else ast.UnaryOp(ast.USub(), dotted("jnp.inf"))
+    if isinstance(value, (int, float)) and (value < 0 or (value == 0 and np.signbit(value))):
+        return ast.UnaryOp(ast.USub(), ast.Constant(-value))
+    return ast.Constant(value)
+
+
+@functools.cache
+def class_path(cls: type) -> str:
+    """Where a jax class is reachable, publicly if it is (`jax.lax.GatherScatterMode`)."""
+    for home in ("jax.lax", "jax.lax.linalg", "jax"):
+        if getattr(importlib.import_module(home), cls.__name__, None) is cls:
+            return f"{home}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+

@@ -1,0 +1,255 @@
+"""Shape primitives: broadcasts, reshapes, transposes, slices and indexing, gathers and scatters, `iota`."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax.extend.core import Literal
+
+from render.rules._core import (
+    Rule,
+    _is_traced,
+    _non_default,
+    _number,
+    _promotes_to_itself,
+    call,
+    dtype_expr,
+    exact,
+    kw,
+    literal,
+    registrar,
+    scalar,
+)
+from render.rules.emitter import Emitter
+
+RULES: dict[str, Rule] = {}
+rule = registrar(RULES)
+
+
+@rule("broadcast_in_dim")
+def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    params = eqn.params
+    shape, dims = tuple(params["shape"]), tuple(params["broadcast_dimensions"])
+    x = eqn.invars[0]
+    if params.get("sharding") is not None or len(eqn.invars) != 1:
+        return exact(eqn, args, emitter)
+    in_shape = tuple(x.aval.shape)
+    if isinstance(x, Literal) and not x.aval.weak_type and not dims:
+        return _full(shape, x)
+    if _is_traced(x) and in_shape == shape and dims == tuple(range(len(shape))):
+        return args[0]  # jax binds nothing for an identity broadcast
+    if _is_traced(x) and in_shape and len(shape) > len(in_shape) and all(
+        shape[d] == n for d, n in zip(dims, in_shape)
+    ) and dims == tuple(sorted(dims)) and all(shape[d] == 1 for d in range(len(shape)) if d not in dims):
+        return _new_axes(args[0], shape, dims)
+    if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and (
+        in_shape == shape[len(shape) - len(in_shape):]
+    ):
+        return call("jnp.broadcast_to", [args[0], literal(shape)])
+    return call("lax.broadcast_in_dim", [args[0], literal(shape), literal(dims)])
+
+
+def _full(shape: tuple[int, ...], value: Any) -> ast.expr:
+    """`jnp.zeros(shape, dtype)`, `jnp.ones(...)` or `jnp.full(shape, value, dtype)` for a typed scalar."""
+    dtype = np.dtype(value.aval.dtype)
+    number = np.asarray(value.val, dtype)
+    if dtype != np.bool_ and number == 0 and not np.signbit(number):
+        return call("jnp.zeros", [literal(shape), dtype_expr(dtype)])
+    if dtype != np.bool_ and number == 1:
+        return call("jnp.ones", [literal(shape), dtype_expr(dtype)])
+    fill = ast.Constant(bool(number)) if dtype == np.bool_ else scalar(number, dtype)
+    return call("jnp.full", [literal(shape), fill, dtype_expr(dtype)])
+
+
+def _new_axes(x: ast.expr, shape: tuple[int, ...], dims: tuple[int, ...]) -> ast.expr:
+    """`x[None]`, `x[:, None]`, `x[..., None]`: size-1 axes inserted where `dims` skips."""
+    items: list[ast.expr] = [ast.Slice() if d in dims else ast.Constant(None) for d in range(len(shape))]
+    trailing = 0
+    while items and _is_full(items[-1]):
+        items.pop()
+        trailing += 1
+    leading = 0
+    while leading < len(items) and _is_full(items[leading]):
+        leading += 1
+    if not trailing and leading >= 2:
+        items = [ast.Constant(Ellipsis), *items[leading:]]
+    index = items[0] if len(items) == 1 else ast.Tuple(items, ast.Load())
+    return ast.Subscript(x, index, ast.Load())
+
+
+@rule("reshape")
+def _reshape(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    params = eqn.params
+    if params.get("sharding") is not None or len(eqn.invars) != 1:
+        return exact(eqn, args, emitter)
+    shape = literal(tuple(params["new_sizes"]))
+    if params.get("dimensions") is not None:
+        return call("lax.reshape", [args[0], shape, literal(tuple(params["dimensions"]))])
+    return call("jnp.reshape", [args[0], shape])
+
+
+@rule("squeeze")
+def _squeeze(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    dims = tuple(eqn.params["dimensions"])
+    axis = _number(dims[0]) if len(dims) == 1 else literal(dims)
+    return call("jnp.squeeze", [args[0]], [ast.keyword("axis", axis)])
+
+
+@rule("transpose")
+def _transpose(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    perm = tuple(eqn.params["permutation"])
+    if perm == (1, 0):
+        return ast.Attribute(args[0], "T", ast.Load())
+    if perm == tuple(range(len(perm))):
+        return args[0]  # jax binds nothing for an identity permutation
+    return call("jnp.transpose", [args[0], literal(perm)])
+
+
+@rule("rev")
+def _rev(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    return call("lax.rev", [args[0], literal(tuple(eqn.params["dimensions"]))])
+
+
+@rule("pad")
+def _pad(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    config = tuple(tuple(c) for c in eqn.params["padding_config"])
+    return call("lax.pad", [args[0], args[1], literal(config)])
+
+
+@rule("concatenate")
+def _concatenate(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    dimension = eqn.params["dimension"]
+    if all(_is_traced(v) for v in eqn.invars) and _promotes_to_itself(eqn):
+        return call("jnp.concatenate", [ast.List(list(args), ast.Load())], [kw("axis", dimension)])
+    return call("lax.concatenate", [ast.List(list(args), ast.Load()), _number(dimension)])
+
+
+@rule("split")
+def _split(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    sizes = literal(tuple(eqn.params["sizes"]))
+    parts = call("lax.split", [args[0], sizes], [kw("axis", eqn.params["axis"])])
+    if len(eqn.outvars) == 1:
+        return ast.Subscript(parts, ast.Constant(0), ast.Load())
+    return parts
+
+
+@rule("stack")
+def _stack(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    return call("lax.stack", [ast.List(list(args), ast.Load())], [kw("axis", eqn.params["axis"])])
+
+
+@rule("unstack")
+def _unstack(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    parts = call("lax.unstack", args, [kw("axis", eqn.params["axis"])])
+    if len(eqn.outvars) == 1:
+        return ast.Subscript(parts, ast.Constant(0), ast.Load())
+    return parts
+
+
+@rule("tile")
+def _tile(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    return call("lax.tile", [args[0], literal(tuple(eqn.params["reps"]))])
+
+
+@rule("slice")
+def _slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    params = eqn.params
+    start, limit = tuple(params["start_indices"]), tuple(params["limit_indices"])
+    strides = params["strides"]
+    x = eqn.invars[0]
+    # `x[a:b]` binds strides=None when every step is 1, the steps themselves otherwise.
+    steps = tuple(strides) if strides is not None else (1,) * len(start)
+    basic = (strides is None) == all(s == 1 for s in steps)
+    if basic and _is_traced(x) and _slice_is_basic(tuple(x.aval.shape), start, limit, steps):
+        return ast.Subscript(args[0], _slice_index(x.aval.shape, start, limit, steps), ast.Load())
+    keywords = [kw("strides", tuple(strides))] if strides is not None else []
+    return call("lax.slice", [args[0], literal(start), literal(limit)], keywords)
+
+
+def _slice_is_basic(shape: tuple[int, ...], start: tuple, limit: tuple, steps: tuple) -> bool:
+    """Whether `x[a:b:s, ...]` binds exactly this `slice`: jnp normalises the limit to the last
+    element taken plus one, and binds nothing for a slice that takes everything."""
+    for n, a, b, s in zip(shape, start, limit, steps):
+        count = -(-(b - a) // s)
+        if not 0 <= a < b <= n or count <= 0:
+            return False
+        if s != 1 and b != a + (count - 1) * s + 1:
+            return False
+    return any(a != 0 or b != n or s != 1 for n, a, b, s in zip(shape, start, limit, steps))
+
+
+def _slice_index(shape: Sequence[int], start: tuple, limit: tuple, steps: tuple) -> ast.expr:
+    items: list[ast.expr] = []
+    for n, a, b, s in zip(shape, start, limit, steps):
+        items.append(ast.Slice(
+            _number(a) if a else None,
+            _number(b) if b != n else None,
+            _number(s) if s != 1 else None,
+        ))
+    while len(items) > 1 and _is_full(items[-1]):
+        items.pop()
+    return items[0] if len(items) == 1 else ast.Tuple(items, ast.Load())
+
+
+def _is_full(item: ast.expr) -> bool:
+    return isinstance(item, ast.Slice) and item.lower is None and item.upper is None and item.step is None
+
+
+@rule("dynamic_slice")
+def _dynamic_slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    sizes = literal(tuple(eqn.params["slice_sizes"]))
+    indices = ast.Tuple(list(args[1:]), ast.Load())
+    return call("lax.dynamic_slice", [args[0], indices, sizes], [kw("allow_negative_indices", False)])
+
+
+@rule("dynamic_update_slice")
+def _dynamic_update_slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    indices = ast.Tuple(list(args[2:]), ast.Load())
+    keywords = [kw("allow_negative_indices", False)]
+    return call("lax.dynamic_update_slice", [args[0], args[1], indices], keywords)
+
+
+@rule("gather")
+def _gather(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    p = eqn.params
+    keywords = [
+        kw("dimension_numbers", p["dimension_numbers"], emitter),
+        kw("slice_sizes", tuple(p["slice_sizes"])),
+        *_non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
+        kw("mode", p["mode"], emitter),
+        *_non_default(p, {"fill_value": None}),
+    ]
+    return call("lax.gather", args, keywords)
+
+
+_SCATTERS = {
+    "scatter": "scatter", "scatter-add": "scatter_add", "scatter_add": "scatter_add",
+    "scatter-sub": "scatter_sub", "scatter_sub": "scatter_sub", "scatter-mul": "scatter_mul",
+    "scatter_mul": "scatter_mul", "scatter-min": "scatter_min", "scatter_min": "scatter_min",
+    "scatter-max": "scatter_max", "scatter_max": "scatter_max",
+}
+
+
+@rule(*_SCATTERS)
+def _scatter(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    p = eqn.params
+    keywords = [
+        *_non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
+        kw("mode", p["mode"], emitter),
+    ]
+    fn = f"lax.{_SCATTERS[eqn.primitive.name]}"
+    return call(fn, [*args, literal(p["dimension_numbers"], emitter)], keywords)
+
+
+@rule("iota")
+def _iota(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    p = eqn.params
+    if p.get("sharding") is not None:
+        return exact(eqn, args, emitter)
+    shape = tuple(p["shape"])
+    if len(shape) == 1:
+        return call("lax.iota", [dtype_expr(p["dtype"]), _number(shape[0])])
+    return call("lax.broadcasted_iota", [dtype_expr(p["dtype"]), literal(shape), _number(p["dimension"])])

@@ -1,0 +1,127 @@
+"""The one way from a traced `Site` (or a line) to the torch source's `ast` nodes.
+
+A `Site` and `ast` nodes both give positions as (line, column, end line, end column) with
+columns in UTF-8 bytes, so one containment rule answers every question: which loop holds an
+expression, which comprehension an expression has, which node an expression is, which def
+starts at a line.  Files are read and parsed once per version.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import io
+import os
+import tokenize
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+Span = tuple[int, int, int, int]
+"""(line, column, end line, end column), columns in UTF-8 bytes as `ast` and code positions give them."""
+
+LOOPS = (ast.For, ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)
+COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp)
+
+
+def read(file: str) -> tuple[str, ast.Module] | None:
+    """The text and tree of a source file, or None if it cannot be read or parsed (parsed once
+    per version of the file)."""
+    try:
+        stat = os.stat(file)
+    except (OSError, ValueError):
+        return None
+    return _parse(file, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(file: str, mtime: int, size: int) -> tuple[str, ast.Module] | None:
+    try:
+        text = read_source(file)
+        return text, ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def read_source(path: str | Path) -> str:
+    """A Python file's text as Python reads it (its coding cookie, a UTF-8 BOM dropped), with
+    its newlines as they are (CRLF stays CRLF)."""
+    data = Path(path).read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
+def tree(file: str) -> ast.Module | None:
+    parsed = read(file)
+    return parsed[1] if parsed else None
+
+
+def site_span(site: Any) -> Span:
+    return (site.line, site.col, site.end_line, site.end_col)
+
+
+def node_span(node: Any) -> Span:
+    return (node.lineno, node.col_offset, node.end_lineno or 0, node.end_col_offset or 0)
+
+
+def contains(outer: Span, inner: Span) -> bool:
+    """Whether `inner` lies within `outer` (equal spans included)."""
+    return outer[:2] <= inner[:2] and inner[2:] <= outer[2:]
+
+
+def site_contains(outer: Any, inner: Any) -> bool:
+    """Whether the expression at site `inner` is part of the one at site `outer` (same file)."""
+    return outer.file == inner.file and contains(site_span(outer), site_span(inner))
+
+
+def function_at(module: ast.AST | None, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The def whose code starts at `line` (its first decorator, or `def` itself)."""
+    for node in ast.walk(module) if module is not None else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            node.lineno == line or any(d.lineno == line for d in node.decorator_list)
+        ):
+            return node
+    return None
+
+
+def parameters(file: str, line: int) -> list[str]:
+    """The parameter names (without `self`, `cls`) of the def starting at `line` of `file`."""
+    node = function_at(tree(file), line)
+    if node is None:
+        return []
+    names = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def around(site: Any, kinds: tuple[type, ...]) -> ast.AST | None:
+    """The innermost node of `kinds` in the source whose span holds `site`'s."""
+    best: ast.AST | None = None
+    for node in _nodes(site, kinds):
+        if contains(node_span(node), site_span(site)) and (
+            best is None or node_span(node)[:2] >= node_span(best)[:2]
+        ):
+            best = node
+    return best
+
+
+def within(site: Any, kinds: tuple[type, ...]) -> ast.AST | None:
+    """The first node of `kinds` (in `ast.walk` order) whose span lies within `site`'s."""
+    return next((n for n in _nodes(site, kinds) if contains(site_span(site), node_span(n))), None)
+
+
+def expression(site: Any) -> tuple[ast.expr, dict[ast.AST, ast.AST], str] | None:
+    """The expression node at exactly `site`'s span, every node's parent, and the file's text."""
+    parsed = read(site.file) if site is not None else None
+    if parsed is None:
+        return None
+    text, module = parsed
+    parents = {child: node for node in ast.walk(module) for child in ast.iter_child_nodes(node)}
+    found = [n for n in ast.walk(module) if isinstance(n, ast.expr) and node_span(n) == site_span(site)]
+    return (found[-1], parents, text) if found else None
+
+
+def _nodes(site: Any, kinds: tuple[type, ...]) -> Iterator[ast.AST]:
+    module = tree(site.file) if site is not None else None
+    for node in ast.walk(module) if module is not None else ():
+        if isinstance(node, kinds):
+            yield node
