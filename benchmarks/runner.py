@@ -17,6 +17,7 @@ ROWS = {
     "annotate": "benchmarks.annotate_cli",
     "runtime": "benchmarks.exported_runtime",
     "render": "benchmarks.rendering",
+    "depth": "benchmarks.nesting",
 }
 
 
