@@ -1,8 +1,8 @@
 """From an instruction (code object, byte offset) to its source: the span, its text, its AST node.
 
 The one place in tracing that reads `co_positions()` and the user's source. Positions and
-AST columns both count UTF-8 bytes; text is cut from the encoded line, so non-ASCII
-source keeps its spans.
+AST columns both count UTF-8 bytes; asttokens' `LineNumbers` turns them into character
+offsets before text is cut, so non-ASCII source keeps its spans.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import linecache
 from types import CodeType
+
+from asttokens import LineNumbers
 
 from tracing.trace import Site
 
@@ -71,9 +73,19 @@ def source_text(file: str, line: int, end_line: int, col: int, end_col: int) -> 
     lines = linecache.getlines(file)
     if not 0 < line <= end_line <= len(lines):
         return None
-    chunk = [text.encode() for text in lines[line - 1 : end_line]]
-    if len(chunk) == 1:
-        return chunk[0][col:end_col].decode(errors="replace")
-    chunk[0] = chunk[0][col:]
-    chunk[-1] = chunk[-1][:end_col]
-    return b"".join(chunk).decode(errors="replace")
+    text, numbers = _numbered(lines)
+    start = numbers.line_to_offset(line, numbers.from_utf8_col(line, col))
+    end = numbers.line_to_offset(end_line, numbers.from_utf8_col(end_line, end_col))
+    return text[start:end]
+
+
+_NUMBERED: dict[int, tuple[list[str], str, LineNumbers]] = {}
+"""linecache's list of a file's lines (by identity) -> its text and offsets; one entry per list."""
+
+
+def _numbered(lines: list[str]) -> tuple[str, LineNumbers]:
+    cached = _NUMBERED.get(id(lines))
+    if cached is None or cached[0] is not lines:
+        text = "".join(lines)
+        cached = _NUMBERED[id(lines)] = (lines, text, LineNumbers(text))
+    return cached[1], cached[2]
