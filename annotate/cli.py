@@ -66,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         "with --force")
     add("--force", action="store_true", help="let -o and --html replace an existing file that annotate "
         "did not write")
-    add("--check", action="store_true", help="run the exported module and compare it with torch")
+    add("--check", action="store_true", help="run the exported module and compare it with torch "
+        "(at the example inputs, and at other sizes where the export is generic)")
+    add("--static-shapes", action="store_true", help="write every size as traced, not as expressions "
+        "of the inputs' shapes (one extra trace per set of sizes fewer)")
     add("--rtol", type=float, default=None, metavar="X", help="relative tolerance for --check")
     add("--atol", type=float, default=None, metavar="X", help="absolute tolerance for --check")
     add("--abstract", action="store_true", help="build the entry on the meta device and trace shapes "
@@ -150,7 +153,13 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     if options.export or options.check:
         from annotate.export import run
 
-        code = run(options, entry, trace)
+        retrace = None
+        if not options.static_shapes:
+            def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
+                again = Capture(watch=watch, abstract=options.abstract, resize=resize)
+                with contextlib.redirect_stdout(sys.stderr):
+                    return again(entry.fn, *entry.args, **entry.kwargs)
+        code = run(options, entry, trace, retrace)
     elif not options.html or options.output:
         from render.comments import annotate_file
 

@@ -20,6 +20,7 @@ import torch.utils._pytree as torch_pytree
 from annotate.output import emit
 from render.ir import Program
 from render.lower import lower
+from render.lower.dims import Resize
 from render.module import render_program
 from tracing.trace import Trace
 
@@ -56,9 +57,13 @@ class Comparison:
         return f"  {self.what:<44} {self.shape:<20} max abs {self.max_abs:.2e}  rel {self.rel:.2e}  {verdict}"
 
 
-def run(options: argparse.Namespace, entry: Any, trace: Trace) -> int:
-    """Export `trace` (to ``options.output`` or stdout); with ``--check`` compare it with torch."""
-    program = lower(trace)
+def run(
+    options: argparse.Namespace, entry: Any, trace: Trace, retrace: Callable[[Resize], Trace] | None = None
+) -> int:
+    """Export `trace` (to ``options.output`` or stdout); with ``--check`` compare it with torch.
+
+    With `retrace` (the capture again, inputs resized), sizes that follow the inputs are generic."""
+    program = lower(trace, retrace)
     text = render_program(program, source=f"{getattr(options, 'shown_file', options.file)}: {trace.entry}")
     if getattr(options, "export", True) or not options.check:
         emit(text, options)

@@ -70,6 +70,17 @@ class Loop(Statement):
 
 
 @dataclass
+class Guard(Statement):
+    """`if <value>: raise ValueError(message)`: a size the def cannot take another value of."""
+
+    message: str = ""
+
+    def node(self) -> ast.stmt:
+        error = ast.Call(named("ValueError"), [ast.Constant(self.message)], [])
+        return ast.If(self.value, [ast.Raise(error)], [])
+
+
+@dataclass
 class Function:
     """One def: a user function or module method, shared by every call with its structure."""
 
@@ -95,6 +106,10 @@ class Function:
     anchor: str | None = None
     """The module path its `params`/`state` subtrees start at (of its first call)."""
     decorators: list[ast.expr] = field(default_factory=list)
+    arg_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """The shape each tensor parameter had in its first call (what sizes are read from)."""
+    value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """The shape of each value the def names (its parameters' too), in its first call."""
 
     def node(self) -> ast.FunctionDef:
         body: list[ast.stmt] = []
@@ -107,6 +122,28 @@ class Function:
             body.append(ast.Pass())
         args = ast.arguments([], [ast.arg(p) for p in self.params], None, [], [], None, [])
         return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of an input of the entry: an argument's (`idx`) or a state buffer's."""
+
+    input: str
+    axis: int
+    size: int
+    state: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.input}.shape[{self.axis}]"
+
+
+@dataclass
+class Sizes:
+    """What an export knows about its inputs' sizes: the dimensions it takes at any size (each set
+    of equal ones moves together), and the ones fixed at their traced size, with why."""
+
+    generic: list[list[Dim]] = field(default_factory=list)
+    fixed: list[tuple[list[Dim], str]] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +161,8 @@ class Program:
     state_paths: list[str]
     fallbacks: Counter[str]
     """Primitives without a rule, rendered as their exact `bind` (count of equations)."""
+    sizes: Sizes | None = None
+    """Which input dimensions are generic and which fixed (None: every size as traced)."""
 
     @property
     def takes_params(self) -> bool:

@@ -62,7 +62,10 @@ def _docstring(program: Program, source: str) -> str:
     paragraphs = [
         f"JAX for {user_text.comment(source)}, exported by jaxside from one traced run"
         f"{' (torchax)' if torch else ''}.",
-        f"Traced with {inputs}; shapes and non-tensor inputs are baked in as they were then.",
+        f"Traced with {inputs}; shapes and non-tensor inputs are baked in as they were then."
+        if program.sizes is None
+        else f"Traced with {inputs}; non-tensor inputs are baked in as they were then.",
+        *_sizes(program),
     ]
     call = ["Call it:", ""]
     if program.takes_params and program.takes_state:
@@ -95,6 +98,33 @@ def _docstring(program: Program, source: str) -> str:
         names = ", ".join(sorted(program.fallbacks))
         paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")
     return "\n\n".join(_fill(p) for p in paragraphs)
+
+
+def _sizes(program: Program) -> list[str]:
+    """What the docstring says about sizes: which input dimensions are generic, which fixed and why."""
+    sizes = program.sizes
+    if sizes is None:
+        return []
+
+    def listed(dims: list) -> str:
+        arguments = [f"`{d}`" for d in dims if not d.state]
+        buffers = [d for d in dims if d.state]
+        text = " = ".join(arguments) if arguments else f"dimension {buffers[0].axis} of state buffers"
+        if arguments and buffers:
+            count = len(buffers)
+            text += f" (and the same size in {count} state buffer{'s' if count > 1 else ''})"
+        return text
+
+    paragraphs = []
+    if sizes.generic:
+        paragraphs.append(
+            "Generic sizes, read from the inputs' shapes (any value the torch code accepts): "
+            + "; ".join(listed(dims) for dims in sizes.generic) + "."
+        )
+    if sizes.fixed:
+        fixed = "; ".join(f"{listed(dims)} = {dims[0].size}: {why}" for dims, why in sizes.fixed)
+        paragraphs.append(f"Fixed sizes: {fixed}.")
+    return paragraphs
 
 
 def _fill(paragraph: str) -> str:

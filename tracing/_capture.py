@@ -10,8 +10,8 @@ on, and hands what it saw to `tracing._assemble`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracing import _internals
@@ -34,6 +34,8 @@ class Capture:
     that is recorded; the files defining the entry (and, for a module, its submodules'
     classes) are always watched. With `abstract`, tensors become `jax.ShapeDtypeStruct`s,
     so a model built on the ``meta`` device is traced without allocating a weight.
+    `resize` traces torch inputs at other shapes: jaxpr input name (`x`, `layers.0.cache.k`) ->
+    the shape it gets instead (abstract, so no value is needed).
     `progress` is called with a `Progress` once a capture has run `PROGRESS_AFTER` seconds,
     then at most every `PROGRESS_EVERY` seconds.
     """
@@ -41,11 +43,15 @@ class Capture:
     watch: Iterable[str | os.PathLike[str]] = ()
     backend: str = DEFAULT_BACKEND
     abstract: bool = False
+    resize: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     progress: Callable[[Progress], None] | None = None
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Trace:
         frontend = JaxSession if is_jax_entry(fn, args, kwargs) else TorchSession
-        return record(frontend(fn, args, kwargs, watch=self.watch, abstract=self.abstract), self)
+        if frontend is JaxSession:
+            return record(JaxSession(fn, args, kwargs, watch=self.watch, abstract=self.abstract), self)
+        session = TorchSession(fn, args, kwargs, watch=self.watch, abstract=self.abstract, resize=self.resize)
+        return record(session, self)
 
 
 def capture(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Trace:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +39,12 @@ class TorchSession:
     """One capture of torch code: the inputs gathered, then run once on traced values."""
 
     def __init__(
-        self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, watch: Iterable[Any], abstract: bool
+        self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, watch: Iterable[Any], abstract: bool,
+        resize: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         self.fn = fn
         self.abstract = abstract
+        self.resize = dict(resize or {})
         self.module = module_of(fn)
         name = type(fn).__name__ if isinstance(fn, torch.nn.Module) else getattr(fn, "__qualname__", repr(fn))
         self.bound = bind(fn.forward if isinstance(fn, torch.nn.Module) else fn, args, kwargs)
@@ -88,9 +90,10 @@ class TorchSession:
         values = []
         for slot in self.slots:
             tensor = slot.tensor
-            if self.abstract or tensor.device.type == "meta":
+            if self.abstract or tensor.device.type == "meta" or slot.name in self.resize:
                 dtype = _internals.to_jax_dtype(tensor.dtype)
-                values.append(jax.ShapeDtypeStruct(tuple(tensor.shape), dtype))
+                shape = self.resize.get(slot.name, tuple(tensor.shape))
+                values.append(jax.ShapeDtypeStruct(tuple(shape), dtype))
             else:
                 values.append(_internals.to_jax_array(tensor))
         return values

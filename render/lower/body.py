@@ -228,7 +228,14 @@ class Body:
             self._emit_inner(eqn)
         leaves = {i: self.expr(inner.outvars[i]) for i in indices(signature.returns)}
         returns = shape_expr(signature.returns, _dense(leaves))
-        return Function(name, [], params, self.body, returns, self.scope, doc=signature.doc)
+        function = Function(name, [], params, self.body, returns, self.scope, doc=signature.doc)
+        function.arg_shapes = {
+            p: tuple(inner.invars[at].aval.shape)
+            for p, at in zip(params, signature.params)
+            if isinstance(at, int)
+        }
+        self.record_shapes(function)
+        return function
 
     def expr(self, v: Any) -> ast.expr:
         if isinstance(v, Literal):
@@ -236,6 +243,12 @@ class Body:
         if v in self.env:
             return copy.deepcopy(self.env[v])
         raise LoweringError(f"no value for {v} in a nested function")
+
+    def record_shapes(self, function: Function) -> None:
+        """Note the shape of each value the def names (what `render.lower.dims` reads sizes from)."""
+        for v, expr in self.env.items():
+            if isinstance(expr, ast.Name) and isinstance(v, Var):
+                function.value_shapes.setdefault(expr.id, tuple(v.aval.shape))
 
     # -- naming ----------------------------------------------------------------------------------
 
@@ -391,7 +404,10 @@ class Body:
         params = [self.scope.fresh(p, "fallback") for p in _helper_params(len(inner.invars))]
         outs = self.inline(jaxpr, [named(p) for p in params], name.lstrip("_"))
         returns = outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load())
-        return Function(name, [], params, self.body, returns, self.scope)
+        function = Function(name, [], params, self.body, returns, self.scope)
+        function.arg_shapes = {p: tuple(v.aval.shape) for p, v in zip(params, inner.invars)}
+        self.record_shapes(function)
+        return function
 
 
 def def_name(ctx: Context, jaxpr: Any, hint: str) -> str:

@@ -92,6 +92,15 @@ class CallDef(Body):
             [relative(p, node.anchor) for p in node.state_out] if node.anchor is not None else []
         )
         function.anchor = node.anchor
+        if node.parent is None:
+            function.arg_shapes = {
+                item.name: tuple(item.var.aval.shape) for item in self.ctx.trace.inputs
+                if item.kind == "arg" and item.name in params
+            }
+        else:
+            values = operand_values(node, function)
+            function.arg_shapes = {name: tuple(values[at].aval.shape) for name, at in plain_params(function)}
+        self.record_shapes(function)
         self.group.function = function
 
     def _count_uses(self, node: Node, items: list[int | Node]) -> None:

@@ -11,23 +11,37 @@ the program does not grow with the number of layers.  Every equation is rendered
 
 The steps, each in its module: `context` (cleaned equations, uses, roles), `calltree` (nodes,
 hoisting, grouping by signature), `calldef` (one def per group, on the base writer in `body`),
-`variants` (defs that differ only in shapes merged), `loops` (runs of calls rolled back).
+`variants` (defs that differ only in shapes merged), `loops` (runs of calls rolled back), and
+with a way to trace again, `dims` (sizes as expressions of the inputs' shapes).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from render import names as naming
 from render.ir import Function, Program
 from render.lower.calldef import CallDef
 from render.lower.calltree import CallTree
 from render.lower.context import Context
+from render.lower.dims import Resize, generalize
 from render.lower.loops import reroll
 from render.lower.variants import merge_variants
 from tracing.trace import Trace
 
 
-def lower(trace: Trace) -> Program:
-    """The program for `trace`: defs for its call tree, statements for its equations."""
+def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Program:
+    """The program for `trace`: defs for its call tree, statements for its equations.
+
+    With `retrace` (the same torch code traced with some inputs resized), sizes that follow the
+    inputs are written as expressions of their shapes (`render.lower.dims`)."""
+    program = _lower(trace)
+    if retrace is not None and trace.frontend == "torch":
+        generalize(program, lambda resize: _lower(retrace(resize)))
+    return program
+
+
+def _lower(trace: Trace) -> Program:
     ctx = Context(trace)
     tree = CallTree(ctx)
     root = tree.root

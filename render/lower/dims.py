@@ -1,0 +1,450 @@
+"""Sizes that follow the inputs: an export that runs at every shape the torch model accepts.
+
+`generalize(program, relower)` takes the program lowered from the example inputs and asks for
+the same torch code lowered again with the inputs' sizes changed (`relower(resize)`, traced
+abstractly, so no value is needed). Where the programs differ only in numbers, each number is
+fitted to an expression of its def's arguments' shapes (`x.shape[1]`, `x.shape[0] * 4`,
+`x.shape[0] * x.shape[1]`, `x.shape[1] // 2`, `x.shape[1] + 1`) and written with the name the
+torch code gave it (`bsz, seqlen, _ = x.shape`); a size the torch code did not name is read
+where it is used (`x.shape[2]`).
+
+Input dimensions of equal size move together (the batch of the arguments and of a KV cache).
+A set whose change makes the torch code fail, changes the program's structure (a Python branch
+or loop on the size) or gives a number no shape explains stays fixed: `Sizes` says why, the
+module docstring lists it, and unless the torch code itself refuses other sizes there (a Linear's
+features), the entry raises a `ValueError` for another size.
+
+`parallel_diff` and `fit` also serve `render.lower.variants` (defs of one function that differ
+in the sizes of their arguments).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from render import source as torch_source
+from render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
+from tracing.trace import Trace
+
+Resize = dict[str, tuple[int, ...]]
+Atom = tuple[str, int]
+"""A dimension of a def's argument: (parameter, axis)."""
+Fit = tuple[str, tuple[Atom, ...], int]
+"""How a number follows the sizes: (kind, atoms, constant); kinds in `_FORMS`."""
+
+_FORMS = ("atom", "mul", "div", "prod", "add")
+"""Tried in this order: `a`, `a * c`, `a // c`, `a * b`, `a + c`: the first that gives every value."""
+
+
+REFUSED = "the torch code fails at"
+"""How the reason for a size the torch code itself does not take begins (no guard for those)."""
+
+
+class Unfit(Exception):
+    """The programs at two sizes cannot be one program; the message says why."""
+
+
+def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
+    """Make `program` (lowered from the example inputs) read its sizes from its inputs' shapes,
+    where `relower` (the program traced at other sizes) shows they follow them."""
+    trace = program.trace
+    sets = dim_sets(trace)
+    fixed: list[tuple[list[Dim], str]] = []
+    plan = _attempt(program, sets, relower)
+    if isinstance(plan, str) and len(sets) > 1:
+        movable = []
+        for dims in sets:
+            alone = _attempt(program, [dims], relower)
+            arguments = [d for d in dims if not d.state]
+            if isinstance(alone, str) and arguments and len(arguments) < len(dims):
+                if not isinstance(_attempt(program, [arguments], relower), str):
+                    fixed.append(([d for d in dims if d.state], alone))
+                    dims, alone = arguments, None
+            if isinstance(alone, str):
+                fixed.append((dims, alone))
+            else:
+                movable.append(dims)
+        sets = movable
+        plan = _attempt(program, sets, relower) if sets else None
+    if isinstance(plan, str):
+        fixed += [(dims, plan) for dims in sets]
+        sets = []
+    elif plan is not None:
+        plan.apply()
+    _guard(program, [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state])
+    program.sizes = Sizes(generic=sets, fixed=fixed)
+
+
+def dim_sets(trace: Trace) -> list[list[Dim]]:
+    """The entry's argument dimensions by size (in order of first appearance), each with the
+    dimensions of state buffers of that size (a KV cache's batch)."""
+    state = {s.input.name for s in trace.state}
+    arguments = [
+        Dim(i.name, axis, int(n)) for i in trace.inputs if i.kind == "arg"
+        for axis, n in enumerate(i.var.aval.shape)
+    ]
+    buffers = [
+        Dim(i.name, axis, int(n), state=True) for i in trace.inputs if i.name in state
+        for axis, n in enumerate(i.var.aval.shape)
+    ]
+    sizes = list(dict.fromkeys(d.size for d in arguments if d.size))
+    return [[d for d in arguments + buffers if d.size == n] for n in sizes]
+
+
+def resized(trace: Trace, sets: list[list[Dim]], factors: list[int]) -> Resize:
+    """Each input's shape with every dimension of `sets[k]` times `factors[k]`."""
+    shapes = {i.name: list(i.var.aval.shape) for i in trace.inputs}
+    changed: set[str] = set()
+    for dims, factor in zip(sets, factors):
+        for d in dims:
+            shapes[d.input][d.axis] = d.size * factor
+            changed.add(d.input)
+    return {name: tuple(shapes[name]) for name in changed}
+
+
+def _attempt(program: Program, sets: list[list[Dim]], relower: Callable[[Resize], Program]) -> Plan | str:
+    """The plan unifying `program` with itself at two other sizes of `sets`, or why there is none."""
+    others = []
+    for factors in ([2] * len(sets), [3 + k for k in range(len(sets))]):
+        resize = resized(program.trace, sets, factors)
+        try:
+            others.append(relower(resize))
+        except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
+            sizes = ", ".join(f"{d} = {d.size * f}" for dims, f in zip(sets, factors) for d in dims[:1])
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            return f"{REFUSED} {sizes} ({first[:100]})"
+    try:
+        return _plan(program, others)
+    except Unfit as error:
+        return str(error)
+
+
+# -- unifying programs -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Change:
+    function: Function
+    parent: Any
+    attr: str
+    index: int | None
+    fit: Fit
+    is_float: bool
+
+
+@dataclass
+class Plan:
+    """The numbers of a program to write as expressions of its defs' arguments' shapes."""
+
+    changes: list[_Change] = field(default_factory=list)
+    redirect: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    trees: list[Any] = field(default_factory=list)
+    """The `ast` the changes point into (kept alive: `redirect` is by id)."""
+
+    def apply(self) -> None:
+        by_function: dict[int, list[_Change]] = {}
+        for change in self.changes:
+            by_function.setdefault(id(change.function), []).append(change)
+        for changes in by_function.values():
+            function = changes[0].function
+            atoms = {a for c in changes for a in c.fit[1] if a[0] in function.arg_shapes}
+            names = _bind(function, atoms)
+            for c in changes:
+                expr = _expression(c.fit, names)
+                if c.is_float and not isinstance(c.parent, ast.BinOp):
+                    expr = ast.Call(named("float"), [expr], [])
+                owner, attr = self.redirect.get(id(c.parent), (c.parent, c.attr))
+                if c.index is None:
+                    setattr(owner, {"iter": "iterable"}.get(attr, attr), expr)
+                else:
+                    getattr(owner, attr)[c.index] = expr
+
+
+def _plan(base: Program, others: list[Program]) -> Plan:
+    programs = [base, *others]
+    if any(_dumps(p.constants) != _dumps(base.constants) for p in others):
+        raise Unfit("module-level constants change with the size")
+    if any([f.name for f in p.functions] != [f.name for f in base.functions] for p in others):
+        raise Unfit("the defs change with the size (a Python branch or loop on it)")
+    helpers = [h.name for h in base.helpers]
+    if any([h.name for h in p.helpers] != helpers for p in others):
+        raise Unfit("the helper defs change with the size")
+    plan = Plan()
+    for index, function in enumerate(base.functions + base.helpers):
+        versions = [(p.functions + p.helpers)[index] for p in programs]
+        trees = []
+        for version in versions:
+            tree, redirect = _tree(version)
+            trees.append(tree)
+            if version is function:
+                plan.redirect.update(redirect)
+        plan.trees += trees
+        for statements in zip(*(t.body for t in trees)):
+            diffs: list = []
+            if not parallel_diff(list(statements), diffs, numbers=True):
+                raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)")
+            if not diffs:
+                continue
+            names = [n for n in ast.walk(statements[0]) if isinstance(n, ast.Name)]
+            read = {n.id for n in names if isinstance(n.ctx, ast.Load)}
+            shapes = [{**v.arg_shapes, **_read(v, read)} for v in versions]
+            for parent, attr, at, values in diffs:
+                whole = all(v == int(v) for v in values)
+                found = fit([int(v) for v in values], shapes) if whole else None
+                if found is None:
+                    where = f"{values[0]} in `{function.name}`"
+                    raise Unfit(f"{where} follows the size, but no shape of its values gives it")
+                is_float = any(isinstance(v, float) for v in values)
+                plan.changes.append(_Change(function, parent, attr, at, found, is_float))
+    return plan
+
+
+def _read(function: Function, read: set[str]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the values of `function` a statement reads (not its parameters)."""
+    return {n: s for n, s in function.value_shapes.items() if n in read and n not in function.arg_shapes}
+
+
+def _dumps(items: Any) -> list[str]:
+    return [ast.dump(item) if isinstance(item, ast.AST) else repr(item) for item in items]
+
+
+def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
+    """The body of `function` as one `ast`, and for each statement node made for it (not shared
+    with the program) the object whose field holds that node's value."""
+    redirect: dict[int, tuple[Any, str]] = {}
+
+    def statements(body: list[Statement], owner: Function) -> list[ast.stmt]:
+        nodes: list[ast.stmt] = []
+        for statement in body:
+            node = statement.node()
+            redirect[id(node)] = (statement, "value")
+            if isinstance(statement, Loop) and isinstance(node, ast.For):
+                node.body = statements(statement.body, owner)
+            elif isinstance(statement, Define) and statement.function is not None:
+                inner = statement.function
+                assert isinstance(node, ast.FunctionDef)
+                node.body = statements(inner.body, inner) + returns(inner)
+            nodes.append(node)
+        return nodes
+
+    def returns(owner: Function) -> list[ast.stmt]:
+        if owner.returns is None:
+            return []
+        node = ast.Return(owner.returns)
+        redirect[id(node)] = (owner, "returns")
+        return [node]
+
+    return ast.Module(statements(function.body, function) + returns(function), []), redirect
+
+
+def parallel_diff(trees: list[Any], out: list, numbers: bool = False) -> bool:
+    """Walk equal-shaped trees; collect the int constants that differ (any numbers, with
+    `numbers`) as `(parent, field, index or None, values)`; False on any other difference."""
+    first = trees[0]
+    if any(type(t) is not type(first) for t in trees):
+        return False
+    for attr, value in ast.iter_fields(first):
+        others = [getattr(t, attr) for t in trees]
+        if isinstance(value, list):
+            if any(not isinstance(o, list) or len(o) != len(value) for o in others):
+                return False
+            for i, item in enumerate(value):
+                items = [o[i] for o in others]
+                if isinstance(item, ast.AST):
+                    if isinstance(item, ast.Constant) and _number_differs(items, numbers):
+                        out.append((first, attr, i, [it.value for it in items]))
+                    elif not parallel_diff(items, out, numbers):
+                        return False
+                elif any(it != item for it in items):
+                    return False
+        elif isinstance(value, ast.AST):
+            if isinstance(value, ast.Constant) and _number_differs(others, numbers):
+                out.append((first, attr, None, [o.value for o in others]))
+            elif not parallel_diff(others, out, numbers):
+                return False
+        elif attr not in ("ctx", "lineno", "col_offset", "end_lineno", "end_col_offset") and any(
+            o != value or type(o) is not type(value) for o in others
+        ):
+            return False
+    return True
+
+
+def _number_differs(nodes: list[Any], numbers: bool) -> bool:
+    kinds = (int, float) if numbers else (int,)
+    values = [n.value for n in nodes if isinstance(n, ast.Constant)]
+    return len(values) == len(nodes) and all(type(v) in kinds for v in values) and len(set(values)) > 1
+
+
+# -- fitting a number ---------------------------------------------------------------------------------
+
+
+def fit(
+    values: list[int], shapes: list[dict[str, tuple[int, ...]]], forms: tuple[str, ...] = _FORMS
+) -> Fit | None:
+    """The first form in `forms` over the arguments' dimensions that gives `values[k]` from
+    `shapes[k]` for every k (the same def at each size), or None."""
+    first = shapes[0]
+    atoms = [
+        (p, d) for p, shape in first.items() for d in range(len(shape))
+        if all(p in s and len(s[p]) == len(shape) for s in shapes)
+    ]
+
+    def size(atom: Atom, k: int) -> int:
+        return shapes[k][atom[0]][atom[1]]
+
+    def gives(kind: str, used: tuple[Atom, ...], c: int) -> bool:
+        return all(_value(kind, [size(a, k) for a in used], c) == v for k, v in enumerate(values))
+
+    v0 = values[0]
+    for kind in forms:
+        pairs: list[tuple[Atom, ...]] = [(a,) for a in atoms]
+        if kind == "prod":  # two dimensions before one squared
+            pairs = [(a, b) for i, a in enumerate(atoms) for b in atoms[i + 1 :]]
+            pairs += [(a, a) for a in atoms]
+        for used in pairs:
+            a0 = size(used[0], 0)
+            c = {"mul": v0 // a0 if a0 and v0 % a0 == 0 else 0, "div": a0 // v0 if v0 else 0,
+                 "add": v0 - a0}.get(kind, 0)
+            if kind in ("mul", "div") and c < 2 or kind == "add" and c == 0:
+                continue
+            if gives(kind, used, c):
+                return kind, used, c
+    return None
+
+
+def _value(kind: str, sizes: list[int], c: int) -> int:
+    if kind == "atom":
+        return sizes[0]
+    if kind == "mul":
+        return sizes[0] * c
+    if kind == "div":
+        return sizes[0] // c
+    if kind == "prod":
+        return sizes[0] * sizes[1]
+    return sizes[0] + c
+
+
+def size_expr(atom: Atom, names: dict[Atom, str] | None = None) -> ast.expr:
+    """The name the def gave a dimension, else `x.shape[d]`."""
+    if names and atom in names:
+        return named(names[atom])
+    shape = ast.Attribute(named(atom[0]), "shape", ast.Load())
+    return ast.Subscript(shape, ast.Constant(atom[1]), ast.Load())
+
+
+def _expression(found: Fit, names: dict[Atom, str]) -> ast.expr:
+    kind, atoms, c = found
+    first = size_expr(atoms[0], names)
+    if kind == "atom":
+        return first
+    if kind == "prod":
+        return ast.BinOp(first, ast.Mult(), size_expr(atoms[1], names))
+    op: ast.operator = {"mul": ast.Mult(), "div": ast.FloorDiv()}.get(kind, ast.Add() if c > 0 else ast.Sub())
+    return ast.BinOp(first, op, ast.Constant(abs(c)))
+
+
+# -- names the torch code gave sizes ------------------------------------------------------------------
+
+
+def _bind(function: Function, atoms: set[Atom]) -> dict[Atom, str]:
+    """Bind at the top of `function` the sizes the torch def named (`bsz, seqlen, _ = x.shape`,
+    `n = x.size(0)`); their names."""
+    call = function.calls[0] if function.calls else None
+    node = torch_source.function_at(torch_source.tree(call.file), call.line) if call else None
+    if node is None:
+        return {}
+    ranks = {p: len(s) for p, s in function.arg_shapes.items()}
+    unpacked: dict[str, list[str]] = {}
+    single: dict[Atom, str] = {}
+    for statement in node.body:
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            continue
+        target, value = statement.targets[0], statement.value
+        whole = _shape_of(value)
+        if whole in ranks and isinstance(target, ast.Tuple) and len(target.elts) == ranks[whole]:
+            if all(isinstance(e, ast.Name) for e in target.elts):
+                unpacked.setdefault(whole, [e.id for e in target.elts if isinstance(e, ast.Name)])
+        dim = _dim_of(value)
+        if dim is not None and dim[0] in ranks and isinstance(target, ast.Name):
+            single.setdefault((dim[0], dim[1] % max(ranks[dim[0]], 1)), target.id)
+    names: dict[Atom, str] = {}
+    bindings: list[Statement] = []
+    for param in function.arg_shapes:
+        used = sorted(axis for p, axis in atoms if p == param)
+        if param in unpacked and any(unpacked[param][axis] != "_" for axis in used):
+            elements = []
+            for axis, torch_name in enumerate(unpacked[param]):
+                if axis in used and torch_name != "_":
+                    names[(param, axis)] = function.scope.fresh(torch_name, "local")
+                    elements.append(named(names[(param, axis)], ast.Store()))
+                else:
+                    elements.append(named("_", ast.Store()))
+            target = ast.Tuple(elements, ast.Store())
+            flat = [e.id for e in elements if isinstance(e, ast.Name) and e.id != "_"]
+            shape = ast.Attribute(named(param), "shape", ast.Load())
+            bindings.append(Statement(flat, shape, [], None, target=target))
+            continue
+        for axis in used:
+            if (param, axis) in single:
+                name = names[(param, axis)] = function.scope.fresh(single[(param, axis)], "local")
+                bindings.append(Statement([name], size_expr((param, axis)), [], None))
+    function.body[:0] = bindings
+    return names
+
+
+def _shape_of(value: ast.expr) -> str | None:
+    """`p` for `p.shape` or `p.size()`."""
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        value = value.func
+        if isinstance(value, ast.Attribute) and value.attr == "size" and isinstance(value.value, ast.Name):
+            return value.value.id
+        return None
+    if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
+        return value.value.id
+    return None
+
+
+def _dim_of(value: ast.expr) -> Atom | None:
+    """`(p, d)` for `p.shape[d]` or `p.size(d)` with a literal `d`."""
+    if isinstance(value, ast.Subscript) and _shape_of(value.value) and isinstance(value.slice, ast.Constant):
+        index = value.slice.value
+        return (_shape_of(value.value) or "", index) if isinstance(index, int) else None
+    if (
+        isinstance(value, ast.Call) and len(value.args) == 1 and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "size" and isinstance(value.func.value, ast.Name)
+        and isinstance(value.args[0], ast.Constant) and isinstance(value.args[0].value, int)
+    ):
+        return value.func.value.id, value.args[0].value
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.UnaryOp):  # p.shape[-1]
+        operand = value.slice.operand
+        whole = _shape_of(value.value)
+        if isinstance(value.slice.op, ast.USub) and isinstance(operand, ast.Constant) and whole:
+            return whole, -int(operand.value)
+    return None
+
+
+# -- fixed sizes ------------------------------------------------------------------------------------
+
+
+def _guard(program: Program, dims: list[Dim]) -> None:
+    """At the top of the entry, a `ValueError` for each fixed argument dimension called at another size."""
+    entry = program.entry
+    guards: list[Statement] = []
+    for d in dims:
+        try:
+            reference = ast.parse(d.input, mode="eval").body
+        except SyntaxError:
+            continue
+        root = reference
+        while isinstance(root, ast.Subscript):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id not in entry.params:
+            continue
+        shape = ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
+        test = ast.Compare(shape, [ast.NotEq()], [ast.Constant(d.size)])
+        message = f"{d} is fixed at {d.size} in this export (see its docstring)"
+        guards.append(Guard([], test, [], None, message=message))
+    entry.body[:0] = guards

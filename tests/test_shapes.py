@@ -1,0 +1,131 @@
+"""Shape-generic exports: traced at one shape, run at others, equal to torch eager there.
+
+Each test exports a model the way `annotate --export` does (the capture again at other sizes),
+runs the module at shapes it was not traced at, and compares with torch on the same inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+import torch
+from conftest import load_sample
+
+from annotate.export import check, load_module, to_jax
+from render.lower import lower
+from render.module import render_program
+from tracing import Capture
+
+
+def export(fn: Any, *args: Any) -> tuple[Any, Any]:
+    """(module, program) of `fn` traced at `args`, its sizes generic where they follow the inputs."""
+    trace = Capture()(fn, *args)
+    program = lower(trace, lambda resize: Capture(resize=resize)(fn, *args))
+    return load_module(render_program(program, source="test")), program
+
+
+@functools.cache
+def sample(name: str) -> tuple[Any, tuple, Any, Any]:
+    fn, args = load_sample(name).example()[:2]
+    return (fn, tuple(args), *export(fn, *args))
+
+
+def assert_matches(module: Any, program: Any, fn: Any, *args: Any) -> None:
+    comparisons = check(module, program, fn, args, {})
+    assert comparisons
+    for comparison in comparisons:
+        assert comparison.rel <= 1e-5 and comparison.ok, comparison.line()
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [("mlp", (3, 32)), ("mlp", (17, 32)), ("cnn", (5, 3, 16, 16)), ("cnn", (2, 3, 24, 24)),
+     ("cnn", (1, 3, 32, 32)), ("rnn", (7, 5, 8)), ("moe", (3, 6, 32)), ("moe", (2, 11, 32))],
+)
+def test_sample_runs_at_another_shape(name, shape):
+    fn, args, module, program = sample(name)
+    assert program.sizes is not None and program.sizes.generic
+    torch.manual_seed(1)
+    assert_matches(module, program, fn, torch.randn(shape))
+
+
+def test_sizes_are_expressions_the_torch_code_named():
+    _, _, module, program = sample("llama_model")
+    text = render_program(program, source="test")
+    assert "bsz, seqlen, _ = x.shape" in text
+    assert "jnp.reshape(q, (bsz, seqlen, 4, 16))" in text
+    assert "(1, 8, 4, 16)" not in text
+    generic = [[str(d) for d in dims if not d.state] for dims in program.sizes.generic]
+    assert generic == [["idx.shape[0]"], ["idx.shape[1]", "input_pos.shape[0]"]]
+
+
+def llama_model(max_batch_size: int) -> torch.nn.Module:
+    module = load_sample("llama_model")
+    torch.manual_seed(0)
+    model = module.build("tiny")
+    model.setup_caches(max_batch_size=max_batch_size, max_seq_length=model.config.block_size)
+    return model
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_llama_prefill_then_decodes_continue_the_cache(batch):
+    """Traced on an 8-token prefill at batch 1; run a prefill, a 1-token and a 3-token decode."""
+    _, args, module, program = sample("llama_model")
+    model = llama_model(batch)
+    params, state = module.load_params(model)
+    forward = jax.jit(module.forward)
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(batch)
+    start = 0
+    for length in (8, 1, 3):
+        idx = torch.randint(0, vocab, (batch, length), generator=generator)
+        input_pos = torch.arange(start, start + length)
+        logits, state = forward(params, state, *to_jax((idx, input_pos)))
+        with torch.no_grad():
+            expected = model(idx, input_pos)
+        assert logits.shape == tuple(expected.shape)
+        np.testing.assert_allclose(np.asarray(logits), expected.numpy(), rtol=1e-4, atol=1e-5)
+        start += length
+    cache = model.layers[0].attention.kv_cache.k_cache
+    new_cache = state["layers"][0]["attention"]["kv_cache"]["k_cache"]
+    np.testing.assert_allclose(np.asarray(new_cache), cache.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class SizeBranch(torch.nn.Module):
+    """Takes a Python branch on the sequence length: the export cannot follow it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] > 4:
+            return self.proj(x[:, :4]).sum(1)
+        return self.proj(x).mean(1)
+
+
+def test_a_size_dependent_branch_fixes_that_size_with_a_clear_error():
+    torch.manual_seed(0)
+    model = SizeBranch()
+    x = torch.randn(2, 3, 4)
+    module, program = export(model, x)
+    fixed = {str(d): why for dims, why in program.sizes.fixed for d in dims}
+    assert "changes with the size" in fixed["x.shape[1]"]
+    assert [str(d) for dims in program.sizes.generic for d in dims] == ["x.shape[0]"]
+    assert_matches(module, program, model, torch.randn(5, 3, 4))  # batch stays generic
+    params = module.load_params(model)
+    with pytest.raises(ValueError, match=r"x\.shape\[1\] is fixed at 3"):
+        module.forward(params, jax.numpy.zeros((2, 6, 4)))
+    text = render_program(program, source="test")
+    assert "`x.shape[1]` = 3: `forward` changes with the size" in " ".join(text.split())
+
+
+def test_static_shapes_keep_every_size_as_traced():
+    fn, args = load_sample("mlp").example()[:2]
+    program = lower(Capture()(fn, *args))
+    assert program.sizes is None
+    assert "shapes and non-tensor inputs are baked in" in render_program(program, source="test")
