@@ -23,7 +23,7 @@ from annotate.export import check, compare_gradients, load_module, to_jax
 from render.ir import Loop, Program
 from render.lower import lower
 from render.module import render_program
-from tracing import capture
+from tracing import Capture, capture
 
 NAMES = ["seed_example", "mlp", "cnn", "llama_model", "rnn", "moe"]
 
@@ -38,10 +38,13 @@ class Exported:
     module: ModuleType
 
 
-def export(fn: Any, args: tuple, kwargs: dict | None = None, source: str = "test") -> Exported:
+def export(
+    fn: Any, args: tuple, kwargs: dict | None = None, source: str = "test", *, static: bool = False
+) -> Exported:
+    """`fn` exported as `annotate --export` does: sizes generic where they follow the inputs."""
     kwargs = kwargs or {}
     trace = capture(fn, *args, **kwargs)
-    program = lower(trace)
+    program = lower(trace, None if static else lambda resize: Capture(resize=resize)(fn, *args, **kwargs))
     text = render_program(program, source=f"{source}: {trace.entry}")
     return Exported(fn, args, kwargs, program, text, load_module(text))
 
@@ -59,7 +62,7 @@ def llama(n_layer: int, dtype: torch.dtype = torch.float32) -> Exported:
     model = module.Transformer(config).to(dtype)
     model.setup_caches(max_batch_size=1, max_seq_length=config.block_size)
     idx = torch.randint(0, config.vocab_size, (1, 8))
-    return export(model.eval(), (idx, torch.arange(8)), source="samples/llama_model.py")
+    return export(model.eval(), (idx, torch.arange(8)), source="samples/llama_model.py", static=True)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -236,7 +239,7 @@ def test_deep_nesting_lowers_in_work_linear_in_the_program(monkeypatch):
         torch.manual_seed(0)
         model, x = _nested(depth), torch.randn(2, 4)
         sizes.clear()
-        exported = export(model, (x,))
+        exported = export(model, (x,), static=True)
         # Each call's signature is computed a bounded number of times, and its length does not
         # grow with what the call calls: deep nesting costs what the same program costs flat.
         assert len(sizes) <= 3 * (depth + 1), len(sizes)

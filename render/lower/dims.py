@@ -161,6 +161,30 @@ class Plan:
                     setattr(owner, {"iter": "iterable"}.get(attr, attr), expr)
                 else:
                     getattr(owner, attr)[c.index] = expr
+            _leading_shapes(function)
+
+
+def _leading_shapes(function: Function) -> None:
+    """`(*x.shape[:3], 8, 2)` for `(x.shape[0], x.shape[1], x.shape[2], 8, 2)`, as torch code writes it."""
+    for node in ast.walk(_tree(function)[0]):
+        if not isinstance(node, ast.Tuple) or not isinstance(node.ctx, ast.Load):
+            continue
+        leading = 0
+        while leading < len(node.elts) - 1 and _shape_at(node.elts[leading], leading, node.elts[0]):
+            leading += 1
+        if leading >= 2:
+            shape = node.elts[0].value  # type: ignore[attr-defined]
+            prefix = ast.Subscript(shape, ast.Slice(None, ast.Constant(leading)), ast.Load())
+            node.elts[:leading] = [ast.Starred(prefix, ast.Load())]
+
+
+def _shape_at(node: ast.expr, axis: int, first: ast.expr) -> bool:
+    """Whether `node` is `x.shape[axis]` for the `x` of `first`."""
+    return (
+        isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == axis
+        and isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
+        and isinstance(first, ast.Subscript) and ast.dump(node.value) == ast.dump(first.value)
+    )
 
 
 def _plan(base: Program, others: list[Program]) -> Plan:

@@ -1,6 +1,12 @@
 """JAX for samples/cnn.py: SmallCNN, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,3,16,16]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2,3,16,16]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts): `x.shape[0]`;
+`x.shape[2]` = `x.shape[3]`.
+
+Fixed sizes: `x.shape[1]` = 3: the torch code fails at x.shape[1] = 6 (conv_general_dilated lhs
+feature dimension size divided by feature_group_count must equal the rhs in).
 
 Call it:
 
@@ -72,7 +78,9 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))
+    features = jnp.reshape(
+        jnp.sum(x_2, axis=(3, 2))[..., None, None] / (x_2.shape[2] * x_2.shape[3]), (x.shape[0], 32)
+    )
     return lax.dot_general(
         features,
         params["fc"]["weight"],

@@ -1,7 +1,10 @@
 """JAX for samples/llama_model.py: Transformer, exported by jaxside from one traced run (torchax).
 
-Traced with idx: int32[1,8], input_pos: int32[8]; shapes and non-tensor inputs are baked in as
-they were then.
+Traced with idx: int32[1,8], input_pos: int32[8]; non-tensor inputs are baked in as they were
+then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts): `idx.shape[0]`
+(and the same size in 4 state buffers); `idx.shape[1]` = `input_pos.shape[0]`.
 
 Call it:
 
@@ -121,43 +124,50 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
 
     Shared by 2 calls: `layers.0.attention` ... `layers.1.attention`.
     """
+    bsz, seqlen, _ = x.shape
     wqkv_x = lax.dot_general(
         x, params["wqkv"]["weight"], (((2,), (1,)), ((), ())), preferred_element_type=jnp.float32
     )
     q = wqkv_x[:, :, :64]
     k = wqkv_x[:, :, 64:96]
     v = wqkv_x[:, :, 96:]
-    q_1 = jnp.reshape(q, (1, 8, 4, 16))
-    k_1 = jnp.reshape(k, (1, 8, 2, 16))
-    v_1 = jnp.reshape(v, (1, 8, 2, 16))
+    q_1 = jnp.reshape(q, (bsz, seqlen, 4, 16))
+    k_1 = jnp.reshape(k, (bsz, seqlen, 2, 16))
+    v_1 = jnp.reshape(v, (bsz, seqlen, 2, 16))
     q_2 = apply_rotary_emb(q_1, freqs_cis)
     k_2 = apply_rotary_emb(k_1, freqs_cis)
     q_3 = jnp.transpose(q_2, (0, 2, 1, 3))
     k_3 = jnp.transpose(k_2, (0, 2, 1, 3))
     v_2 = jnp.transpose(v_1, (0, 2, 1, 3))
     (k_4, v_3), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k_3, v_2)
-    k_5 = jnp.reshape(lax.broadcast_in_dim(k_4, (1, 2, 2, 64, 16), (0, 1, 3, 4)), (1, 4, 64, 16))
-    v_4 = jnp.reshape(lax.broadcast_in_dim(v_3, (1, 2, 2, 64, 16), (0, 1, 3, 4)), (1, 4, 64, 16))
+    k_5 = jnp.reshape(
+        lax.broadcast_in_dim(k_4, (bsz, 2, 2, 64, 16), (0, 1, 3, 4)), (bsz, 4, 64, 16)
+    )
+    v_4 = jnp.reshape(
+        lax.broadcast_in_dim(v_3, (bsz, 2, 2, 64, 16), (0, 1, 3, 4)), (bsz, 4, 64, 16)
+    )
     sdpa = (
         jnp.reshape(
-            jnp.reshape(q_3, (4, 8, 16)) @ jnp.reshape(
-                jnp.transpose(k_5, (0, 1, 3, 2)), (4, 16, 64)
+            (
+                jnp.reshape(q_3, (bsz * 4, seqlen, 16))
+                @ jnp.reshape(jnp.transpose(k_5, (0, 1, 3, 2)), (bsz * 4, 16, 64))
             ),
-            (1, 4, 8, 64),
+            (bsz, 4, seqlen, 64),
         )
         * 0.25
-        + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)) * 1.0
+        + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)) * 1.0
     )
     sdpa_1 = jnp.exp(
         sdpa - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(sdpa, axis=3))[..., None])
     )
     y = jnp.reshape(
-        jnp.reshape(
-            sdpa_1 / jnp.sum(sdpa_1, axis=3)[..., None], (4, 8, 64)
-        ) @ jnp.reshape(v_4, (4, 64, 16)),
-        (1, 4, 8, 16),
+        (
+            jnp.reshape(sdpa_1 / jnp.sum(sdpa_1, axis=3)[..., None], (bsz * 4, seqlen, 64))
+            @ jnp.reshape(v_4, (bsz * 4, 64, 16))
+        ),
+        (bsz, 4, seqlen, 16),
     )
-    y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))
+    y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
     return (
         lax.dot_general(
             y_1,
@@ -171,7 +181,7 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
 
 def apply_rotary_emb(x, freqs_cis):
     """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
-    pairs = jnp.reshape(x, (1, 8, x.shape[2], 8, 2))
+    pairs = jnp.reshape(x, (*x.shape[:3], 8, 2))
     x_re = jnp.squeeze(pairs[:, :, :, :, :1], axis=4)
     x_im = jnp.squeeze(pairs[:, :, :, :, 1:], axis=4)
     cos = jnp.squeeze(freqs_cis[:, :, :1], axis=2)[:, None]
@@ -181,7 +191,7 @@ def apply_rotary_emb(x, freqs_cis):
     rotated = lax.stack(
         [x_re * cos_1 - x_im * sin_1 * 1.0, x_im * cos_1 + x_re * sin_1 * 1.0], axis=4
     )
-    return jnp.reshape(rotated, (1, 8, x.shape[2], 16))
+    return jnp.reshape(rotated, (*x.shape[:3], 16))
 
 
 def kv_cache_update(state, input_pos, k_val, v_val):

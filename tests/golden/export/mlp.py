@@ -1,6 +1,11 @@
 """JAX for samples/mlp.py: MLP, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[8,32]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[8,32]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts): `x.shape[0]`.
+
+Fixed sizes: `x.shape[1]` = 32: the torch code fails at x.shape[1] = 64 (Size of label 'a' for
+operand 1 (64) does not match previous terms (32).).
 
 Call it:
 

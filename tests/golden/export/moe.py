@@ -1,6 +1,12 @@
 """JAX for samples/moe.py: MoE, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2,6,32]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts): `x.shape[0]`;
+`x.shape[1]`.
+
+Fixed sizes: `x.shape[2]` = 32: the torch code fails at x.shape[2] = 64 (Size of label 'a' for
+operand 1 (64) does not match previous terms (32).).
 
 Call it:
 
@@ -22,7 +28,7 @@ from jax import lax
 
 def forward(params, x):
     """`MoE.forward`, moe.py:28."""
-    tokens = jnp.reshape(x, (12, 32))
+    tokens = jnp.reshape(x, (x.shape[0] * x.shape[1], 32))
     logits = lax.dot_general(
         tokens,
         params["router"]["weight"],
@@ -38,12 +44,16 @@ def forward(params, x):
         ),
     )
     topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
-    scatter = lax.broadcast_in_dim(jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1))
+    scatter = lax.broadcast_in_dim(
+        jnp.reshape(lax.iota(jnp.int32, x.shape[0] * x.shape[1]), (x.shape[0] * x.shape[1], 1)),
+        (x.shape[0] * x.shape[1], 2),
+        (0, 1),
+    )
     weights = lax.scatter(
-        jnp.zeros((12, 4), jnp.float32),
+        jnp.zeros((topk_idx.shape[0], 4), jnp.float32),
         jnp.concatenate(
             [
-                lax.select(scatter < 0, scatter + 12, scatter)[..., None],
+                lax.select(scatter < 0, scatter + topk_idx.shape[0], scatter)[..., None],
                 lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
             ],
             axis=2,
@@ -62,7 +72,7 @@ def forward(params, x):
     out = lax.dot_general(
         weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
     )
-    return jnp.reshape(out, (2, 6, 32))
+    return jnp.reshape(out, (*x.shape[:2], 32))
 
 
 def expert_forward(params, x):
@@ -87,7 +97,7 @@ def _sort(x):
 
 def _argsort(x):
     _, argsort = lax.sort(
-        (lax.rev(x, (1,)), lax.rev(lax.broadcasted_iota(jnp.int32, (12, 2), 1), (1,))),
+        (lax.rev(x, (1,)), lax.rev(lax.broadcasted_iota(jnp.int32, (x.shape[0], 2), 1), (1,))),
         dimension=1,
         is_stable=True,
         num_keys=1,

@@ -1,6 +1,12 @@
 """JAX for samples/rnn.py: SequenceModel, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,5,8]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2,5,8]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts): `x.shape[0]`.
+
+Fixed sizes: `x.shape[1]` = 5: `forward` changes with the size (a Python branch or loop on it);
+`x.shape[2]` = 8: the torch code fails at x.shape[2] = 16 (unsupported operand type(s) for @:
+'View' and 'Tensor').
 
 Call it:
 
@@ -21,7 +27,9 @@ from jax import lax
 
 def forward(params, x):
     """`SequenceModel.forward`, rnn.py:30."""
-    h = jnp.zeros((2, 32), jnp.float32)
+    if x.shape[1] != 5:
+        raise ValueError("x.shape[1] is fixed at 5 in this export (see its docstring)")
+    h = jnp.zeros((x.shape[0], 32), jnp.float32)
     x_t = jnp.squeeze(x[:, :1], axis=1)
     h_1 = elman_cell_forward(params["cell"], x_t, h)
     x_t_1 = jnp.squeeze(x[:, 1:2], axis=1)

@@ -1,8 +1,11 @@
 """JAX for samples/seed_example.py: my_mathy_thing, exported by jaxside from one traced run
 (torchax).
 
-Traced with weight: float32[4,4], hidden: float32[4,4]; shapes and non-tensor inputs are baked
-in as they were then.
+Traced with weight: float32[4,4], hidden: float32[4,4]; non-tensor inputs are baked in as they
+were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`weight.shape[0]` = `weight.shape[1]` = `hidden.shape[0]` = `hidden.shape[1]`.
 
 Call it:
 
