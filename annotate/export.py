@@ -18,6 +18,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from annotate.output import emit
+from annotate.sizes import other_shape
 from render.ir import Program
 from render.lower import lower
 from render.lower.dims import Resize
@@ -80,6 +81,14 @@ def run(
     )
     for comparison in comparisons:
         print(comparison.line(), file=sys.stderr)
+    again = other_shape(program, entry.fn, entry.args, entry.kwargs)
+    if again is not None:  # a generic export: at another shape too
+        args, kwargs, where = again
+        more = check(module, program, entry.fn, args, kwargs, rtol=options.rtol, atol=options.atol)
+        print(f"annotate: --check: and at another shape ({where}):", file=sys.stderr)
+        for comparison in more:
+            print(comparison.line(), file=sys.stderr)
+        comparisons += more
     bad = [c for c in comparisons if not c.ok]
     if bad:
         print(

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 import torch
-from conftest import load_sample
+from conftest import SAMPLES, load_sample
 
 from annotate.export import check, load_module, to_jax
 from render.lower import lower
@@ -129,3 +129,18 @@ def test_static_shapes_keep_every_size_as_traced():
     program = lower(Capture()(fn, *args))
     assert program.sizes is None
     assert "shapes and non-tensor inputs are baked in" in render_program(program, source="test")
+
+
+def test_check_runs_at_another_shape_and_static_shapes_keeps_the_traced_ones(tmp_path, capsys):
+    from annotate.cli import main
+
+    out = tmp_path / "cnn_jax.py"
+    assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "and at another shape (x: [4, 3, 32, 32]):" in err
+    assert err.count(" ok\n") == 2
+    generic = out.read_text(encoding="utf-8")
+    assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check", "--static-shapes"]) == 0
+    assert "another shape" not in capsys.readouterr().err
+    static = out.read_text(encoding="utf-8")
+    assert "(x.shape[0], 32)" in generic and "(2, 32)" in static and "x.shape" not in static
