@@ -144,3 +144,30 @@ def test_check_runs_at_another_shape_and_static_shapes_keeps_the_traced_ones(tmp
     assert "another shape" not in capsys.readouterr().err
     static = out.read_text(encoding="utf-8")
     assert "(x.shape[0], 32)" in generic and "(2, 32)" in static and "x.shape" not in static
+
+
+def hf_causal_lm(kind: str) -> torch.nn.Module:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
+        )
+        return transformers.LlamaForCausalLM(config).eval()
+    config = transformers.GPT2Config(
+        vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False,
+        bos_token_id=0, eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_hf_causal_lm_traced_at_1x8_runs_at_2x5_and_1x12(kind):
+    model = hf_causal_lm(kind)
+    module, program = export(model, torch.randint(0, 128, (1, 8)))
+    assert [[str(d) for d in dims] for dims in program.sizes.generic] == [
+        ["input_ids.shape[0]"], ["input_ids.shape[1]"]
+    ]
+    for shape in [(2, 5), (1, 12)]:
+        assert_matches(module, program, model, torch.randint(0, 128, shape))

@@ -74,6 +74,8 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
         sets = []
     elif plan is not None:
         plan.apply()
+        if plan.program is not program:
+            _adopt(program, plan.program)
     _guard(program, [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state])
     program.sizes = Sizes(generic=sets, fixed=fixed)
 
@@ -106,20 +108,36 @@ def resized(trace: Trace, sets: list[list[Dim]], factors: list[int]) -> Resize:
 
 
 def _attempt(program: Program, sets: list[list[Dim]], relower: Callable[[Resize], Program]) -> Plan | str:
-    """The plan unifying `program` with itself at two other sizes of `sets`, or why there is none."""
-    others = []
-    for factors in ([2] * len(sets), [3 + k for k in range(len(sets))]):
-        resize = resized(program.trace, sets, factors)
+    """The plan unifying the program at three sizes of `sets`, or why there is none.
+
+    The sizes are the traced ones, then twice and 3, 4, ... times them (a set each). A size of
+    1 broadcasts where no other does (torch and jnp bind nothing for an identity broadcast), so
+    sets traced at 1 are unified at 2, 3 and 4, ..., and the program at 2 is the one written:
+    it computes the same at 1."""
+    base = program if all(dims[0].size > 1 for dims in sets) else None
+    programs = []
+    for row in range(0 if base is None else 1, 3):
+        factors = [
+            (2, 3, 4 + k)[row] if dims[0].size == 1 else (1, 2, 3 + k)[row] for k, dims in enumerate(sets)
+        ]
         try:
-            others.append(relower(resize))
+            programs.append(relower(resized(program.trace, sets, factors)))
         except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
             sizes = ", ".join(f"{d} = {d.size * f}" for dims, f in zip(sets, factors) for d in dims[:1])
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             return f"{REFUSED} {sizes} ({first[:100]})"
+    if base is None:
+        base = programs.pop(0)
     try:
-        return _plan(program, others)
+        return _plan(base, programs)
     except Unfit as error:
         return str(error)
+
+
+def _adopt(program: Program, other: Program) -> None:
+    """`program` written as `other` (the same code traced at other sizes), still of its own trace."""
+    for name in ("functions", "helpers", "constants", "entry", "arg_names", "param_paths", "state_paths"):
+        setattr(program, name, getattr(other, name))
 
 
 # -- unifying programs -------------------------------------------------------------------------------
@@ -139,6 +157,8 @@ class _Change:
 class Plan:
     """The numbers of a program to write as expressions of its defs' arguments' shapes."""
 
+    program: Program
+    """The program the changes are in (the one traced at the example sizes, or at twice a size 1)."""
     changes: list[_Change] = field(default_factory=list)
     redirect: dict[int, tuple[Any, str]] = field(default_factory=dict)
     trees: list[Any] = field(default_factory=list)
@@ -196,7 +216,7 @@ def _plan(base: Program, others: list[Program]) -> Plan:
     helpers = [h.name for h in base.helpers]
     if any([h.name for h in p.helpers] != helpers for p in others):
         raise Unfit("the helper defs change with the size")
-    plan = Plan()
+    plan = Plan(base)
     for index, function in enumerate(base.functions + base.helpers):
         versions = [(p.functions + p.helpers)[index] for p in programs]
         trees = []
