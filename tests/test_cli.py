@@ -42,7 +42,7 @@ class Renderers:
         self.traces.append(trace)
         return f"<html>{trace.entry}</html>\n"
 
-    def export(self, options, entry, trace):
+    def export(self, options, entry, trace, retrace=None):
         self.exported.append((options, entry, trace))
         return self.export_code
 

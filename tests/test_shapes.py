@@ -171,3 +171,51 @@ def test_hf_causal_lm_traced_at_1x8_runs_at_2x5_and_1x12(kind):
     ]
     for shape in [(2, 5), (1, 12)]:
         assert_matches(module, program, model, torch.randint(0, 128, shape))
+
+
+class BasicBlock(torch.nn.Module):
+    """A ResNet block: instances differ in widths and strides; a downsample only where they change."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            conv = nn.Conv2d(inplanes, planes, 1, stride, bias=False)
+            self.downsample = nn.Sequential(conv, nn.BatchNorm2d(planes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return torch.relu(out + identity)
+
+
+class ResNetish(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, 1, 1)
+        widths = [(8, 8, 1), (8, 8, 1), (8, 16, 2), (16, 16, 1), (16, 32, 2), (32, 32, 1)]
+        self.layers = torch.nn.Sequential(*(BasicBlock(*w) for w in widths))
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.layers(self.stem(x)).mean((2, 3)))
+
+
+def test_blocks_of_other_widths_share_a_def_per_kind():
+    torch.manual_seed(0)
+    model = ResNetish().eval()
+    module, program = export(model, torch.randn(2, 3, 16, 16))
+    blocks = [f for f in program.functions if f.calls[0].function == "BasicBlock.forward"]
+    assert len(blocks) == 2  # with a downsample and without: two kinds of block, not five defs
+    assert sorted(len(f.calls) for f in blocks) == [2, 4]
+    text = render_program(program, source="test")
+    assert "x.shape[1] * 2" in text  # a downsampling block's width, from its input's
+    assert_matches(module, program, model, torch.randn(5, 3, 16, 16))

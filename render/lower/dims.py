@@ -21,6 +21,7 @@ in the sizes of their arguments).
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,8 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     where `relower` (the program traced at other sizes) shows they follow them."""
     trace = program.trace
     sets = dim_sets(trace)
+    if not sets:  # no tensor argument: nothing to follow
+        return
     fixed: list[tuple[list[Dim], str]] = []
     plan = _attempt(program, sets, relower)
     if isinstance(plan, str) and len(sets) > 1:
@@ -173,7 +176,7 @@ class Plan:
             atoms = {a for c in changes for a in c.fit[1] if a[0] in function.arg_shapes}
             names = _bind(function, atoms)
             for c in changes:
-                expr = _expression(c.fit, names)
+                expr = expression(c.fit, names)
                 if c.is_float and not isinstance(c.parent, ast.BinOp):
                     expr = ast.Call(named("float"), [expr], [])
                 owner, attr = self.redirect.get(id(c.parent), (c.parent, c.attr))
@@ -232,7 +235,9 @@ def _plan(base: Program, others: list[Program]) -> Plan:
                 raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)")
             if not diffs:
                 continue
-            names = [n for n in ast.walk(statements[0]) if isinstance(n, ast.Name)]
+            # Values the statement reads exist before it; in a loop or a nested def, maybe not.
+            flat = not isinstance(statements[0], (ast.For, ast.FunctionDef))
+            names = [n for n in ast.walk(statements[0]) if isinstance(n, ast.Name) and flat]
             read = {n.id for n in names if isinstance(n.ctx, ast.Load)}
             shapes = [{**v.arg_shapes, **_read(v, read)} for v in versions]
             for parent, attr, at, values in diffs:
@@ -247,8 +252,20 @@ def _plan(base: Program, others: list[Program]) -> Plan:
 
 
 def _read(function: Function, read: set[str]) -> dict[str, tuple[int, ...]]:
-    """The shapes of the values of `function` a statement reads (not its parameters)."""
-    return {n: s for n, s in function.value_shapes.items() if n in read and n not in function.arg_shapes}
+    """The shapes of the values of `function` a statement reads (not its parameters), for names
+    bound once: a name a loop rebinds (`x = block(x)` rolled up) holds values of other shapes."""
+    tree = _tree(function)[0]
+    stores = Counter(_stored(tree))
+    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
+        stores.update(_stored(loop))  # once more: bound again each time round
+    return {
+        n: s for n, s in function.value_shapes.items()
+        if n in read and n not in function.arg_shapes and stores[n] == 1
+    }
+
+
+def _stored(tree: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
 
 
 def _dumps(items: Any) -> list[str]:
@@ -379,7 +396,7 @@ def size_expr(atom: Atom, names: dict[Atom, str] | None = None) -> ast.expr:
     return ast.Subscript(shape, ast.Constant(atom[1]), ast.Load())
 
 
-def _expression(found: Fit, names: dict[Atom, str]) -> ast.expr:
+def expression(found: Fit, names: dict[Atom, str] | None = None) -> ast.expr:
     kind, atoms, c = found
     first = size_expr(atoms[0], names)
     if kind == "atom":
