@@ -28,6 +28,7 @@ from typing import Any
 
 from render import source as torch_source
 from render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
+from render.lower.context import LoweringError
 from tracing.trace import Trace
 
 Resize = dict[str, tuple[int, ...]]
@@ -123,18 +124,23 @@ def _attempt(program: Program, sets: list[list[Dim]], relower: Callable[[Resize]
         factors = [
             (2, 3, 4 + k)[row] if dims[0].size == 1 else (1, 2, 3 + k)[row] for k, dims in enumerate(sets)
         ]
+        sizes = ", ".join(f"{d} = {d.size * f}" for dims, f in zip(sets, factors) for d in dims[:1])
         try:
             programs.append(relower(resized(program.trace, sets, factors)))
+        except LoweringError as error:
+            return f"the program at {sizes} cannot be written ({_first_line(error)})"
         except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
-            sizes = ", ".join(f"{d} = {d.size * f}" for dims, f in zip(sets, factors) for d in dims[:1])
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            return f"{REFUSED} {sizes} ({first[:100]})"
+            return f"{REFUSED} {sizes} ({_first_line(error)})"
     if base is None:
         base = programs.pop(0)
     try:
         return _plan(base, programs)
     except Unfit as error:
         return str(error)
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:100]
 
 
 def _adopt(program: Program, other: Program) -> None:
