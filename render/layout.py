@@ -43,6 +43,13 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
         for statement in body:
             lines += format_statement(statement, indent + 4)
         return lines
+    if isinstance(node, ast.If) and not node.orelse:  # a size check at the top of an entry
+        lines = _wrap(node.test, indent, f"{pad}if ", ":")
+        for statement in node.body:
+            lines += format_statement(statement, indent + 4)
+        return lines
+    if isinstance(node, ast.Raise) and node.exc is not None and node.cause is None:
+        return _wrap(node.exc, indent, f"{pad}raise ")
     if isinstance(node, ast.For):
         lines = _wrap(node.iter, indent, f"{pad}for {_target(node.target)} in ", ":")
         for statement in node.body:

@@ -44,7 +44,8 @@ def assert_matches(module: Any, program: Any, fn: Any, *args: Any) -> None:
 @pytest.mark.parametrize(
     ("name", "shape"),
     [("mlp", (3, 32)), ("mlp", (17, 32)), ("cnn", (5, 3, 16, 16)), ("cnn", (2, 3, 24, 24)),
-     ("cnn", (1, 3, 32, 32)), ("rnn", (7, 5, 8)), ("moe", (3, 6, 32)), ("moe", (2, 11, 32))],
+     ("cnn", (1, 3, 32, 32)), ("cnn", (3, 3, 16, 28)), ("rnn", (7, 5, 8)), ("moe", (3, 6, 32)),
+     ("moe", (2, 11, 32))],
 )
 def test_sample_runs_at_another_shape(name, shape):
     fn, args, module, program = sample(name)
@@ -61,6 +62,9 @@ def test_sizes_are_expressions_the_torch_code_named():
     assert "(1, 8, 4, 16)" not in text
     generic = [[str(d) for d in dims if not d.state] for dims in program.sizes.generic]
     assert generic == [["idx.shape[0]"], ["idx.shape[1]", "input_pos.shape[0]"]]
+    params, state = module.load_params(llama_model(1))
+    with pytest.raises(ValueError, match=r"input_pos\.shape\[0\] must equal idx\.shape\[1\]"):
+        module.forward(params, state, jax.numpy.zeros((1, 4), "int32"), jax.numpy.arange(5))
 
 
 def llama_model(max_batch_size: int) -> torch.nn.Module:

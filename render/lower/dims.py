@@ -14,8 +14,8 @@ or loop on the size) or gives a number no shape explains stays fixed: `Sizes` sa
 module docstring lists it, and unless the torch code itself refuses other sizes there (a Linear's
 features), the entry raises a `ValueError` for another size.
 
-`parallel_diff` and `fit` also serve `render.lower.variants` (defs of one function that differ
-in the sizes of their arguments).
+Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.variants`'
+job, which does the same for the defs of one function called at other sizes.
 """
 
 from __future__ import annotations
@@ -29,18 +29,10 @@ from typing import Any
 from render import source as torch_source
 from render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
 from render.lower.context import LoweringError
+from render.lower.variants import Atom, Fit, expression, fit, parallel_diff, size_expr
 from tracing.trace import Trace
 
 Resize = dict[str, tuple[int, ...]]
-Atom = tuple[str, int]
-"""A dimension of a def's argument: (parameter, axis)."""
-Fit = tuple[str, tuple[Atom, ...], int]
-"""How a number follows the sizes: (kind, atoms, constant); kinds in `_FORMS`."""
-
-_FORMS = ("atom", "mul", "div", "prod", "add")
-"""Tried in this order: `a`, `a * c`, `a // c`, `a * b`, `a + c`: the first that gives every value."""
-
-
 REFUSED = "the torch code fails at"
 """How the reason for a size the torch code itself does not take begins (no guard for those)."""
 
@@ -77,11 +69,29 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
         fixed += [(dims, plan) for dims in sets]
         sets = []
     elif plan is not None:
+        sets, plan = _untie(program, sets, plan, relower)
         plan.apply()
         if plan.program is not program:
             _adopt(program, plan.program)
-    _guard(program, [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state])
+    guarded = [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state]
+    _guard(program, guarded, [[d for d in dims if not d.state] for dims in sets])
     program.sizes = Sizes(generic=sets, fixed=fixed)
+
+
+def _untie(
+    program: Program, sets: list[list[Dim]], plan: Plan, relower: Callable[[Resize], Program]
+) -> tuple[list[list[Dim]], Plan]:
+    """Every argument dimension a set of its own, when the program follows each alone (a
+    non-square image); else the sets as they are, the entry checking that tied sizes are equal."""
+    split: list[list[Dim]] = []
+    for dims in sets:
+        arguments = [d for d in dims if not d.state]
+        split.append([*arguments[:1], *(d for d in dims if d.state)])
+        split += [[d] for d in arguments[1:]]
+    if len(split) == len(sets):
+        return sets, plan
+    alone = _attempt(program, split, relower)
+    return (sets, plan) if isinstance(alone, str) else (split, alone)
 
 
 def dim_sets(trace: Trace) -> list[list[Dim]]:
@@ -307,112 +317,6 @@ def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
     return ast.Module(statements(function.body, function) + returns(function), []), redirect
 
 
-def parallel_diff(trees: list[Any], out: list, numbers: bool = False) -> bool:
-    """Walk equal-shaped trees; collect the int constants that differ (any numbers, with
-    `numbers`) as `(parent, field, index or None, values)`; False on any other difference."""
-    first = trees[0]
-    if any(type(t) is not type(first) for t in trees):
-        return False
-    for attr, value in ast.iter_fields(first):
-        others = [getattr(t, attr) for t in trees]
-        if isinstance(value, list):
-            if any(not isinstance(o, list) or len(o) != len(value) for o in others):
-                return False
-            for i, item in enumerate(value):
-                items = [o[i] for o in others]
-                if isinstance(item, ast.AST):
-                    if isinstance(item, ast.Constant) and _number_differs(items, numbers):
-                        out.append((first, attr, i, [it.value for it in items]))
-                    elif not parallel_diff(items, out, numbers):
-                        return False
-                elif any(it != item for it in items):
-                    return False
-        elif isinstance(value, ast.AST):
-            if isinstance(value, ast.Constant) and _number_differs(others, numbers):
-                out.append((first, attr, None, [o.value for o in others]))
-            elif not parallel_diff(others, out, numbers):
-                return False
-        elif attr not in ("ctx", "lineno", "col_offset", "end_lineno", "end_col_offset") and any(
-            o != value or type(o) is not type(value) for o in others
-        ):
-            return False
-    return True
-
-
-def _number_differs(nodes: list[Any], numbers: bool) -> bool:
-    kinds = (int, float) if numbers else (int,)
-    values = [n.value for n in nodes if isinstance(n, ast.Constant)]
-    return len(values) == len(nodes) and all(type(v) in kinds for v in values) and len(set(values)) > 1
-
-
-# -- fitting a number ---------------------------------------------------------------------------------
-
-
-def fit(
-    values: list[int], shapes: list[dict[str, tuple[int, ...]]], forms: tuple[str, ...] = _FORMS
-) -> Fit | None:
-    """The first form in `forms` over the arguments' dimensions that gives `values[k]` from
-    `shapes[k]` for every k (the same def at each size), or None."""
-    first = shapes[0]
-    atoms = [
-        (p, d) for p, shape in first.items() for d in range(len(shape))
-        if all(p in s and len(s[p]) == len(shape) for s in shapes)
-    ]
-
-    def size(atom: Atom, k: int) -> int:
-        return shapes[k][atom[0]][atom[1]]
-
-    def gives(kind: str, used: tuple[Atom, ...], c: int) -> bool:
-        return all(_value(kind, [size(a, k) for a in used], c) == v for k, v in enumerate(values))
-
-    v0 = values[0]
-    for kind in forms:
-        pairs: list[tuple[Atom, ...]] = [(a,) for a in atoms]
-        if kind == "prod":  # two dimensions before one squared
-            pairs = [(a, b) for i, a in enumerate(atoms) for b in atoms[i + 1 :]]
-            pairs += [(a, a) for a in atoms]
-        for used in pairs:
-            a0 = size(used[0], 0)
-            c = {"mul": v0 // a0 if a0 and v0 % a0 == 0 else 0, "div": a0 // v0 if v0 else 0,
-                 "add": v0 - a0}.get(kind, 0)
-            if kind in ("mul", "div") and c < 2 or kind == "add" and c == 0:
-                continue
-            if gives(kind, used, c):
-                return kind, used, c
-    return None
-
-
-def _value(kind: str, sizes: list[int], c: int) -> int:
-    if kind == "atom":
-        return sizes[0]
-    if kind == "mul":
-        return sizes[0] * c
-    if kind == "div":
-        return sizes[0] // c
-    if kind == "prod":
-        return sizes[0] * sizes[1]
-    return sizes[0] + c
-
-
-def size_expr(atom: Atom, names: dict[Atom, str] | None = None) -> ast.expr:
-    """The name the def gave a dimension, else `x.shape[d]`."""
-    if names and atom in names:
-        return named(names[atom])
-    shape = ast.Attribute(named(atom[0]), "shape", ast.Load())
-    return ast.Subscript(shape, ast.Constant(atom[1]), ast.Load())
-
-
-def expression(found: Fit, names: dict[Atom, str] | None = None) -> ast.expr:
-    kind, atoms, c = found
-    first = size_expr(atoms[0], names)
-    if kind == "atom":
-        return first
-    if kind == "prod":
-        return ast.BinOp(first, ast.Mult(), size_expr(atoms[1], names))
-    op: ast.operator = {"mul": ast.Mult(), "div": ast.FloorDiv()}.get(kind, ast.Add() if c > 0 else ast.Sub())
-    return ast.BinOp(first, op, ast.Constant(abs(c)))
-
-
 # -- names the torch code gave sizes ------------------------------------------------------------------
 
 
@@ -496,22 +400,32 @@ def _dim_of(value: ast.expr) -> Atom | None:
 # -- fixed sizes ------------------------------------------------------------------------------------
 
 
-def _guard(program: Program, dims: list[Dim]) -> None:
-    """At the top of the entry, a `ValueError` for each fixed argument dimension called at another size."""
-    entry = program.entry
+def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]]) -> None:
+    """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
+    size, and for each one called at another size than the first of its tied set."""
+    checks = [(d, ast.Constant(d.size), f"{d} is fixed at {d.size}") for d in fixed]
+    for dims in tied:
+        first = _dim_expr(program.entry, dims[0])
+        if first is not None:
+            checks += [(d, first, f"{d} must equal {dims[0]}") for d in dims[1:]]
     guards: list[Statement] = []
-    for d in dims:
-        try:
-            reference = ast.parse(d.input, mode="eval").body
-        except SyntaxError:
-            continue
-        root = reference
-        while isinstance(root, ast.Subscript):
-            root = root.value
-        if not isinstance(root, ast.Name) or root.id not in entry.params:
-            continue
-        shape = ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
-        test = ast.Compare(shape, [ast.NotEq()], [ast.Constant(d.size)])
-        message = f"{d} is fixed at {d.size} in this export (see its docstring)"
-        guards.append(Guard([], test, [], None, message=message))
-    entry.body[:0] = guards
+    for d, expected, message in checks:
+        shape = _dim_expr(program.entry, d)
+        if shape is not None:
+            test = ast.Compare(shape, [ast.NotEq()], [expected])
+            guards.append(Guard([], test, [], None, message=f"{message} (see the docstring)"))
+    program.entry.body[:0] = guards
+
+
+def _dim_expr(entry: Function, d: Dim) -> ast.expr | None:
+    """`x.shape[1]` for an argument dimension of the entry (None if its argument has no name there)."""
+    try:
+        reference = ast.parse(d.input, mode="eval").body
+    except SyntaxError:
+        return None
+    root = reference
+    while isinstance(root, ast.Subscript):
+        root = root.value
+    if not isinstance(root, ast.Name) or root.id not in entry.params:
+        return None
+    return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())

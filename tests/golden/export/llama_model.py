@@ -37,6 +37,8 @@ STATE_BUFFERS = (
 
 def forward(params, state, idx, input_pos):
     """`Transformer.forward`, llama_model.py:90."""
+    if input_pos.shape[0] != idx.shape[1]:
+        raise ValueError("input_pos.shape[0] must equal idx.shape[1] (see the docstring)")
     freqs_cis_input_pos = lax.select(input_pos < 0, input_pos + 64, input_pos)[:, None]
     freqs_cis = lax.gather(
         params["freqs_cis"],

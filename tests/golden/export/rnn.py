@@ -28,7 +28,7 @@ from jax import lax
 def forward(params, x):
     """`SequenceModel.forward`, rnn.py:30."""
     if x.shape[1] != 5:
-        raise ValueError("x.shape[1] is fixed at 5 in this export (see its docstring)")
+        raise ValueError("x.shape[1] is fixed at 5 (see the docstring)")
     h = jnp.zeros((x.shape[0], 32), jnp.float32)
     x_t = jnp.squeeze(x[:, :1], axis=1)
     h_1 = elman_cell_forward(params["cell"], x_t, h)

@@ -21,6 +21,12 @@ import jax.numpy as jnp
 
 def my_mathy_thing(weight, hidden):
     """`my_mathy_thing`, seed_example.py:6."""
+    if weight.shape[1] != weight.shape[0]:
+        raise ValueError("weight.shape[1] must equal weight.shape[0] (see the docstring)")
+    if hidden.shape[0] != weight.shape[0]:
+        raise ValueError("hidden.shape[0] must equal weight.shape[0] (see the docstring)")
+    if hidden.shape[1] != weight.shape[0]:
+        raise ValueError("hidden.shape[1] must equal weight.shape[0] (see the docstring)")
     activation = weight @ hidden
     output = jnp.sin(activation) + other_math(weight, hidden) * 1.0
     return output + hidden * 1.0
