@@ -66,7 +66,7 @@ def _merge_shapes(variants: list[Group]) -> None:
     shapes = [f.arg_shapes for f in functions if f is not None]
     replacements = []
     for parent, attr, index, values in differences:
-        found = fit(values, shapes)
+        found = fit(values, shapes, forms=("atom", "mul"))  # a width, twice a width: not a stride
         if found is None:
             return
         replacements.append((parent, attr, index, expression(found)))
