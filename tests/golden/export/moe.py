@@ -1,6 +1,7 @@
 """JAX for samples/moe.py: MoE, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they
+were then.
 
 Call it:
 
@@ -10,10 +11,9 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `experts.0.w1.weight` is `params["experts"][0]["w1"]["weight"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax
 import jax.numpy as jnp
@@ -33,12 +33,15 @@ def forward(params, x):
     topk_logits = jax.jit(_sort)(logits_1)
     topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
     softmax_topk_logits = jnp.exp(
-        topk_logits - lax.stop_gradient(
+        topk_logits
+        - lax.stop_gradient(
             jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None]
-        ),
+        )
     )
     topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
-    scatter = lax.broadcast_in_dim(jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1))
+    scatter = lax.broadcast_in_dim(
+        jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1)
+    )
     weights = lax.scatter(
         jnp.zeros((12, 4), jnp.float32),
         jnp.concatenate(
@@ -58,9 +61,14 @@ def forward(params, x):
         ),
         mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
     )
-    expert_out = lax.stack([expert_forward(expert, tokens) for expert in params["experts"]], axis=1)
+    expert_out = lax.stack(
+        [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
+    )
     out = lax.dot_general(
-        weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
+        weights,
+        expert_out,
+        (((1,), (1,)), ((0,), (0,))),
+        preferred_element_type=jnp.float32,
     )
     return jnp.reshape(out, (2, 6, 32))
 
@@ -68,10 +76,16 @@ def forward(params, x):
 def expert_forward(params, x):
     """`Expert.forward`, moe.py:17, for 4 calls: `experts.0` ... `experts.3`."""
     w1_x = lax.dot_general(
-        x, params["w1"]["weight"], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        x,
+        params["w1"]["weight"],
+        (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32,
     )
     w3_x = lax.dot_general(
-        x, params["w3"]["weight"], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        x,
+        params["w3"]["weight"],
+        (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32,
     )
     return lax.dot_general(
         jax.nn.silu(w1_x) * w3_x,
@@ -98,8 +112,9 @@ def _argsort(x):
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -108,18 +123,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {}, {}
+    params = {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = params
-        node = tree
+        node = params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -128,9 +143,10 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

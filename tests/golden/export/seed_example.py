@@ -1,17 +1,16 @@
-"""JAX for samples/seed_example.py: my_mathy_thing, exported by jaxside from one traced run
-(torchax).
+"""JAX for samples/seed_example.py: my_mathy_thing, exported by jaxside from one traced
+run (torchax).
 
-Traced with weight: float32[4,4], hidden: float32[4,4]; shapes and non-tensor inputs are baked
-in as they were then.
+Traced with weight: float32[4,4], hidden: float32[4,4]; shapes and non-tensor inputs
+are baked in as they were then.
 
 Call it:
 
     outputs = my_mathy_thing(weight, hidden)
 
-`my_mathy_thing` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to
-the float leaves of `params`, or pass `allow_int=True`).
+`my_mathy_thing` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax.numpy as jnp
 
