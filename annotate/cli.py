@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound to the "
         "entry, e.g. 'model.setup_caches(1, 64)'")
     add("--export", action="store_true", help="write a structured JAX module instead of comments")
+    add("--json", action="store_true", help="write the torch line -> JAX statements map as JSON instead "
+        "of comments: each value's origin, shape and dtype (schema in docs/usage.md)")
     add("-o", "--output", metavar="PATH", help="write the result here instead of stdout (- is stdout); "
         "only if it changed, never FILE itself, and an existing file annotate did not write only "
         "with --force")
@@ -151,6 +153,10 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         from annotate.export import run
 
         code = run(options, entry, trace)
+    elif options.json:
+        from render.json import to_json
+
+        emit(to_json(trace), options)
     elif not options.html or options.output:
         from render.comments import annotate_file
 
@@ -190,6 +196,8 @@ def _check_options(options: argparse.Namespace) -> None:
     from annotate.loading import check_source
 
     check_source(options.file)
+    if options.json and (options.export or options.check):
+        raise Failure("--json writes the line map, --export and --check the module", "give one of them")
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")
