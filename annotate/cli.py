@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate import __version__, interrupts
-from annotate.command import run_command
+from annotate import interrupts
+from annotate.command import add_common, run_command
 from annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
 from annotate.output import check_target, emit, write
 from annotate.status import Status
@@ -80,18 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
         "file, directory or module as user code (repeatable)")
     add_common(parser)
     return parser
-
-
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """The flags every `annotate` command has: -q, -v, --debug, --version."""
-    add = parser.add_argument
-    loudness = parser.add_mutually_exclusive_group()
-    loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
-                          help="print nothing on stderr but errors and --check results")
-    loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
-                          help="print every phase as a line with its time, also on a terminal")
-    add("--debug", action="store_true", help="on error, show the full Python traceback")
-    add("--version", action="version", version=f"%(prog)s (jaxside {__version__})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
