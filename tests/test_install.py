@@ -9,6 +9,7 @@ nothing of the checkout is importable there, and `annotate` is the wheel's conso
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -43,8 +44,13 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpr
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with jaxside installed from a wheel; its bin directory."""
     work = tmp_path_factory.mktemp("install")
+    # Built from a copy: setuptools builds inside the source tree (build/, *.egg-info), and a
+    # stale build/ there would end up in the wheel.
+    skip = shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__", ".*_cache",
+                                  ".hypothesis", "tests")
+    shutil.copytree(ROOT, work / "src", ignore=skip)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-          str(work / "dist"), str(ROOT)], work)
+          str(work / "dist"), str(work / "src")], work)
     (wheel,) = (work / "dist").glob("jaxside-*.whl")
     env = work / "env"
     venv.EnvBuilder(with_pip=False).create(env)
