@@ -64,8 +64,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_holds_the_packages_and_their_data(installed):
-    where = _run([str(installed / "python"), "-c", "import annotate.cli as cli, render.html as html; "
-                  "print(cli.__file__); print(html.__file__)"], installed)
+    code = ("import annotate.cli as cli, render.html as html\n"
+            "print(cli.__file__); print(html.__file__)")
+    where = _run([str(installed / "python"), "-c", code], installed)
     for line in where.stdout.split():
         assert line.startswith(str(installed.parent)), line  # the venv's copy, not the checkout
 
