@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate import __version__, interrupts
-from annotate.command import run_command
+from annotate import interrupts
+from annotate.command import add_common, run_command
 from annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
 from annotate.output import check_target, emit, write
 from annotate.status import Status
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound to the "
         "entry, e.g. 'model.setup_caches(1, 64)'")
     add("--export", action="store_true", help="write a structured JAX module instead of comments")
+    add("--json", action="store_true", help="write the torch line -> JAX statements map as JSON instead "
+        "of comments: each value's origin, shape and dtype (schema in docs/usage.md)")
     add("-o", "--output", metavar="PATH", help="write the result here instead of stdout (- is stdout); "
         "only if it changed, never FILE itself, and an existing file annotate did not write only "
         "with --force")
@@ -81,18 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
         "file, directory or module as user code (repeatable)")
     add_common(parser)
     return parser
-
-
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """The flags every `annotate` command has: -q, -v, --debug, --version."""
-    add = parser.add_argument
-    loudness = parser.add_mutually_exclusive_group()
-    loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
-                          help="print nothing on stderr but errors and --check results")
-    loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
-                          help="print every phase as a line with its time, also on a terminal")
-    add("--debug", action="store_true", help="on error, show the full Python traceback")
-    add("--version", action="version", version=f"%(prog)s (jaxside {__version__})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,6 +150,10 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
                 with contextlib.redirect_stdout(sys.stderr):
                     return again(entry.fn, *entry.args, **entry.kwargs)
         code = run(options, entry, trace, retrace)
+    elif options.json:
+        from render.json import to_json
+
+        emit(to_json(trace), options)
     elif not options.html or options.output:
         from render.comments import annotate_file
 
@@ -199,6 +193,8 @@ def _check_options(options: argparse.Namespace) -> None:
     from annotate.loading import check_source
 
     check_source(options.file)
+    if options.json and (options.export or options.check):
+        raise Failure("--json writes the line map, --export and --check the module", "give one of them")
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")

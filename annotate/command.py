@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from annotate import interrupts
+from annotate import __version__, interrupts
 from annotate.errors import EXIT_INTERRUPTED, Context, Failure, describe, report
 from annotate.loading import STDIN, isolated, readable_copy
 
@@ -49,6 +49,18 @@ def run_command(
             failure = describe(error, context)
             report(failure, context, error, debug=options.debug)
             return failure.code
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """The flags every `annotate` command has: -q, -v, --debug, --version."""
+    add = parser.add_argument
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                          help="print nothing on stderr but errors and --check results")
+    loudness.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                          help="print every phase as a line with its time, also on a terminal")
+    add("--debug", action="store_true", help="on error, show the full Python traceback")
+    add("--version", action="version", version=f"%(prog)s (jaxside {__version__})")
 
 
 _SOURCE_OPTIONS = ("file", "port")

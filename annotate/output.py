@@ -21,7 +21,7 @@ def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8") -> 
     if options.output and options.output != "-":
         write(text, options.output, options, "-o", encoding=encoding)
     else:
-        _to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
+        to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
 
 
 def _encode(text: str, encoding: str) -> bytes:
@@ -29,7 +29,7 @@ def _encode(text: str, encoding: str) -> bytes:
     return text.encode(encoding, errors="backslashreplace")
 
 
-def _to_stdout(text: str, encoding: str) -> None:
+def to_stdout(text: str, encoding: str = "utf-8") -> None:
     """Bytes on stdout, the same `-o` would write, whatever encoding the terminal or locale has."""
     interrupts.check()
     sys.stdout.flush()
@@ -53,7 +53,7 @@ def write(text: str, path: str, options: argparse.Namespace, flag: str, *, encod
     """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it)."""
     interrupts.check()
     if path == "-":
-        _to_stdout(text, encoding)
+        to_stdout(text, encoding)
         return
     check_target(path, options, flag)
     data = _encode(text, encoding)

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate.command import run_command
+from annotate.command import add_common, run_command
 from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
+from annotate.output import check_target, to_stdout, write
 from annotate.review_map import read_params_map
+from annotate.status import Status
 
 __all__ = ["main"]
 
@@ -43,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--rtol", type=float, default=1e-5, metavar="X", help="relative tolerance (default 1e-5)")
     add("--atol", type=float, default=1e-6, metavar="X", help="absolute tolerance (default 1e-6)")
     add("--html", metavar="PATH", help="also write a two-column HTML view of both files to PATH")
-    add("--debug", action="store_true", help="on error, show the full Python traceback")
+    add("--force", action="store_true", help="let --html replace a file that annotate did not write")
+    add_common(parser)
     return parser
 
 
@@ -60,26 +63,43 @@ def _check(options: argparse.Namespace) -> None:
     for name in ("rtol", "atol"):
         if not getattr(options, name) >= 0:
             raise Failure(f"--{name} must be a number >= 0", f"e.g. --{name} 1e-5")
+    if options.html and options.html != "-":
+        check_target(options.html, options, "--html")
 
 
 def _run(options: argparse.Namespace) -> int:
+    status = options.status = Status(verbosity=options.verbosity)
+    try:
+        # Whatever else goes to stderr meanwhile (warnings, the user's prints) clears the live line first.
+        with contextlib.redirect_stderr(status.writer()):
+            return _review(options, status)
+    finally:
+        status.close()
+
+
+def _review(options: argparse.Namespace, status: Status) -> int:
+    status.phase("loading torch and jax")
     from annotate.review_align import align, side
 
     with contextlib.redirect_stdout(sys.stderr):
+        status.phase(f"tracing {Path(options.file).name}")
         torch_trace, torch_args, state, data = _torch_side(options)
+        status.phase(f"tracing the port {Path(options.port).name}")
         port_trace, port_args, mapping = _port_side(options, state, data)
+        status.phase("running both sides")
         torch = side(torch_trace, torch_args)
         port = side(port_trace, port_args)
+    status.phase("comparing values")
     inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
     alignment = align(torch, port, inputs, options.rtol, options.atol)
     outputs_close = _outputs_close(torch, alignment)
     from annotate.review_html import html_page
     from annotate.review_report import text
 
-    sys.stdout.write(text(options, torch, port, alignment, mapping, outputs_close))
+    status.close()  # the report follows on stdout, the live line cleared first
+    to_stdout(text(options, torch, port, alignment, mapping, outputs_close))
     if options.html:
-        Path(options.html).write_text(html_page(options, torch, port, alignment), encoding="utf-8")
-        print(f"annotate: wrote {options.html}", file=sys.stderr)
+        write(html_page(options, torch, port, alignment), options.html, options, "--html")
     return EXIT_OK if outputs_close else EXIT_MISMATCH
 
 

@@ -154,15 +154,12 @@ class Transformer(nn.Module):
             #     layer, layer_state, x, input_pos, freqs_cis, mask
             # )  ×2
         return self.output(self.norm(x))
-        # return (
-        #     lax.dot_general(
-        #         rms_norm_forward(params["norm"], x),
-        #         params["output"]["weight"],
-        #         (((2,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     ),
-        #     {"layers": new_layer_states},
-        # )
+        # return lax.dot_general(
+        #     rms_norm_forward(params["norm"], x),
+        #     params["output"]["weight"],
+        #     (((2,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # ), {"layers": new_layer_states}
 
 
 class TransformerBlock(nn.Module):
@@ -251,9 +248,8 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
         # sdpa = (
         #     jnp.reshape(
-        #         jnp.reshape(q_3, (4, 8, 16)) @ jnp.reshape(
-        #             jnp.transpose(k_5, (0, 1, 3, 2)), (4, 16, 64)
-        #         ),
+        #         jnp.reshape(q_3, (4, 8, 16))
+        #         @ jnp.reshape(jnp.transpose(k_5, (0, 1, 3, 2)), (4, 16, 64)),
         #         (1, 4, 8, 64),
         #     )
         #     * 0.25
@@ -263,23 +259,19 @@ class Attention(nn.Module):
         #     sdpa - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(sdpa, axis=3))[..., None])
         # )
         # y = jnp.reshape(
-        #     jnp.reshape(
-        #         sdpa_1 / jnp.sum(sdpa_1, axis=3)[..., None], (4, 8, 64)
-        #     ) @ jnp.reshape(v_4, (4, 64, 16)),
+        #     jnp.reshape(sdpa_1 / jnp.sum(sdpa_1, axis=3)[..., None], (4, 8, 64))
+        #     @ jnp.reshape(v_4, (4, 64, 16)),
         #     (1, 4, 8, 16),
         # )
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
         # y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
         return self.wo(y)
-        # return (
-        #     lax.dot_general(
-        #         y_1,
-        #         params["wo"]["weight"],
-        #         (((2,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     ),
-        #     {"kv_cache": new_kv_cache_state},
-        # )  ×2
+        # return lax.dot_general(
+        #     y_1,
+        #     params["wo"]["weight"],
+        #     (((2,), (1,)), ((), ())),
+        #     preferred_element_type=jnp.float32,
+        # ), {"kv_cache": new_kv_cache_state}  ×2
 
 
 class FeedForward(nn.Module):

@@ -241,9 +241,10 @@ def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -
     return text
 
 
-def annotate_file(trace: Any, path: str, *, shapes: bool = False) -> str:
-    """The torch file at `path`, with the JAX each line produced in `trace` beside it (the
-    caller encodes it back in the file's encoding)."""
+def annotate_file(trace: Any, path: str | None = None, *, shapes: bool = False) -> str:
+    """The torch file at `path` (by default the entry's: a file, or a notebook cell), with the
+    JAX each line produced in `trace` beside it (the caller encodes it back in the file's encoding)."""
+    path = trace.root.file if path is None else path
     source = torch_source.read_source(path)
     source_map = SourceMap(source)
     annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))

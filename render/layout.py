@@ -1,209 +1,155 @@
-"""Statements as source lines: one line when it fits `WIDTH`, else split at the outermost brackets.
+"""Statements as source lines, laid out the way `ruff format` lays them out.
 
-The exported module (`render.module`) and the comments beside torch lines (`render.comments`)
-lay statements out with the same rules, so a long statement reads the same in both.
+The exported module (`render.module`) is a file people commit, so its text is what `ruff format`
+would make of it at ruff's default line length (`MODULE_WIDTH`): a statement that fits stays on one
+line; one that does not is split at its brackets, outermost first, with one item per line and a
+trailing comma when the items do not fit on one line either, and at its loosest operators, each
+starting a line, inside brackets (added when the statement has none of its own). The comments
+beside torch lines (`render.comments`) use the same layout at their own width, so a long statement
+reads the same in both.
+
+Expressions are documents of `render.expressions`; here statements are put together from them.
+Every result is parsed back and compared with the statement it came from.
 """
 
 from __future__ import annotations
 
 import ast
-import io
-import tokenize
-import unicodedata
+import copy
+import inspect
 
 from render import text as user_text
+from render.expressions import (
+    LINE,
+    SOFT,
+    TEST,
+    Doc,
+    Docs,
+    display_width,
+    double_quotes,
+    flat_tuple,
+    group,
+    if_break,
+    join,
+    print_doc,
+)
+from render.expressions import (
+    indent as indented,
+)
+
+__all__ = ["MODULE_WIDTH", "WIDTH", "display_width", "double_quotes", "format_body", "format_statement",
+           "wrap_text"]
 
 WIDTH = 100
-"""Lines longer than this are split at call arguments, list items and operators; comments go
+"""Comments beside torch lines: long statements are wrapped to this width, and a comment goes
 beside a torch line only if the line stays within it."""
+MODULE_WIDTH = 88
+"""The exported module's line length: ruff's (and black's) default, so `ruff format` leaves it as it is."""
 
 
-def format_statement(node: ast.stmt, indent: int) -> list[str]:
-    """`node` as source lines at `indent`, split at its outermost brackets to fit `WIDTH`."""
+# -- statements ------------------------------------------------------------------------------------------
+
+
+def format_statement(node: ast.stmt, indent: int, width: int = WIDTH) -> list[str]:
+    """`node` as source lines at `indent`, laid out as `ruff format` would at `width`."""
+    lines = _statement(node, indent, width)
+    text = "\n".join(line[indent:] if line.startswith(" " * indent) else line for line in lines)
+    try:
+        same = _meaning(ast.parse(text)) == _meaning(ast.Module([copy.deepcopy(node)], []))
+    except SyntaxError:
+        same = False
+    if not same:  # a layout bug must never change what the code means: the plain form instead
+        return [" " * indent + line for line in double_quotes(ast.unparse(node)).splitlines()]
+    return lines
+
+
+def _meaning(tree: ast.Module) -> str:
+    """The tree's dump, docstrings read as `help()` reads them (their indentation is layout)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and _is_docstring(
+                node.body[0]):
+            node.body[0].value.value = inspect.cleandoc(node.body[0].value.value)
+    return ast.dump(tree)
+
+
+def format_body(body: list[ast.stmt], indent: int, width: int, *, function: bool) -> list[str]:
+    """A block's statements with the blank lines ruff puts around nested defs."""
+    lines: list[str] = []
+    for index, statement in enumerate(body):
+        is_def = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        after_def = index > 0 and _ends_with_def(body[index - 1])
+        if (is_def and (index > 0 or not function)) or after_def:
+            lines.append("")
+        lines += _statement(statement, indent, width)
+    return lines
+
+
+def _ends_with_def(node: ast.stmt) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return True
+    body = getattr(node, "orelse", None) or getattr(node, "body", None)
+    return isinstance(body, list) and bool(body) and _ends_with_def(body[-1])
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(
+        node.value.value, str)
+
+
+def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
+    docs = Docs()
     pad = " " * indent
+
+    def laid(*parts: Doc) -> list[str]:
+        return (pad + print_doc(list(parts), indent, width, indent)).split("\n")
+
     if isinstance(node, ast.FunctionDef):
-        args = ", ".join(a.arg for a in node.args.args)
-        lines = [f"{pad}@{ast.unparse(d)}" for d in node.decorator_list]
-        head = f"{pad}def {node.name}({args}):"
-        if len(head) > WIDTH:
-            one_line = f"{pad}    {args},"
-            params = [one_line] if len(one_line) <= WIDTH else [f"{pad}    {a.arg}," for a in node.args.args]
-            lines += [f"{pad}def {node.name}(", *params, f"{pad}):"]
+        lines = [pad + "@" + line for d in node.decorator_list for line in laid(docs.expr(d, False))]
+        args = node.args
+        plain = not (args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults)
+        params = [a.arg for a in args.args] if plain else [ast.unparse(args)]
+        if not params or params == [""]:
+            lines += laid(f"def {node.name}():")
         else:
-            lines.append(head)
+            lines += laid(f"def {node.name}", group("(", indented(SOFT, *join([",", LINE], params),
+                                                                  if_break(",")), SOFT, "):"))
         body = node.body
-        if (
-            body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
+        if body and _is_docstring(body[0]):
             lines.append(f"{pad}    {user_text.docstring(body[0].value.value, indent + 4)}")
             body = body[1:]
-        for statement in body:
-            lines += format_statement(statement, indent + 4)
-        return lines
+            if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                lines.append("")
+        return lines + format_body(body, indent + 4, width, function=True)
     if isinstance(node, ast.If) and not node.orelse:  # a size check at the top of an entry
-        lines = _wrap(node.test, indent, f"{pad}if ", ":")
-        for statement in node.body:
-            lines += format_statement(statement, indent + 4)
-        return lines
+        head = laid("if ", docs.value(node.test), ":")
+        return head + format_body(node.body, indent + 4, width, function=False)
     if isinstance(node, ast.Raise) and node.exc is not None and node.cause is None:
-        return _wrap(node.exc, indent, f"{pad}raise ")
+        return laid("raise ", docs.value(node.exc))
     if isinstance(node, ast.For):
-        lines = _wrap(node.iter, indent, f"{pad}for {_target(node.target)} in ", ":")
-        for statement in node.body:
-            lines += format_statement(statement, indent + 4)
-        return lines
+        target = node.target
+        target = flat_tuple(target) if isinstance(target, ast.Tuple) else docs.expr(target, False)
+        head = laid("for ", target, " in ", docs.value(node.iter), ":")
+        return head + format_body(node.body, indent + 4, width, function=False)
     if isinstance(node, ast.Assign):
-        target = node.targets[0]
-        if isinstance(target, ast.Tuple) and len(f"{pad}{_target(target)} = ") > WIDTH // 2:
-            # Many names at once (a gradient's forward residuals): one per line.
-            elements = [f"{pad}    {ast.unparse(e)}," for e in target.elts]
-            return [f"{pad}(", *elements, *_wrap(node.value, indent, f"{pad}) = ")]
-        return _wrap(node.value, indent, f"{pad}{_target(target)} = ")
-    if isinstance(node, ast.Return) and node.value is not None:
-        value = node.value
-        if isinstance(value, ast.Tuple) and value.elts:  # `return a, b`, not `return (a, b)`
-            text = f"{pad}return {_target(value)}"
-            if len(text) <= WIDTH:
-                return [text]
-        return _wrap(value, indent, f"{pad}return ")
+        parts: list[Doc] = []
+        for target in node.targets:
+            if isinstance(target, ast.Tuple) and target.elts:
+                items = [group(docs.sub(e, TEST, True)) for e in target.elts]
+                trailing = "," if len(items) == 1 else if_break(",")
+                parts.append(group(if_break("("), indented(SOFT, *join([",", LINE], items), trailing),
+                                    SOFT, if_break(")")))
+            else:
+                parts.append(docs.expr(target, False))
+            parts.append(" = ")
+        return laid(*parts, docs.value(node.value))
+    if isinstance(node, ast.Return):
+        return laid("return") if node.value is None else laid("return ", docs.value(node.value, True))
     if isinstance(node, ast.Expr):
-        return _wrap(node.value, indent, pad)
-    return [pad + line for line in ast.unparse(node).splitlines()]
+        return laid(docs.value(node.value))
+    return [pad + line for line in double_quotes(ast.unparse(node)).splitlines()]
 
 
-def _target(node: ast.expr) -> str:
-    """`a, (b, c)`: a tuple target without its outer parentheses."""
-    if isinstance(node, ast.Tuple) and node.elts:
-        return ", ".join(ast.unparse(e) for e in node.elts)
-    return ast.unparse(node)
-
-
-def _fits(lines: list[str]) -> bool:
-    return all(len(line) <= WIDTH for line in lines)
-
-
-def _wrap(node: ast.expr, indent: int, prefix: str, suffix: str = "") -> list[str]:
-    """`prefix + node + suffix`, split over lines at the outermost brackets when too long."""
-    text = prefix + ast.unparse(node) + suffix
-    if len(text) <= WIDTH:
-        return [text]
-    inner = indent + 4
-    pad, inner_pad = " " * indent, " " * (indent + 4)
-    if isinstance(node, ast.Call):
-        items = [ast.unparse(a) for a in node.args] + [
-            (f"{k.arg}=" if k.arg else "**") + ast.unparse(k.value) for k in node.keywords
-        ]
-        head = prefix + ast.unparse(node.func) + "("
-        one_line = inner_pad + ", ".join(items)
-        if len(head) <= WIDTH and len(one_line) <= WIDTH:
-            return [head, one_line, pad + ")" + suffix]
-        lines = [head]
-        if len(head) > WIDTH and isinstance(node.func, ast.Call):  # `jax.shard_map(f, ...)(x)`
-            lines = _wrap(node.func, indent, prefix, "(")
-            if len(lines[-1]) + len(", ".join(items)) + len(suffix) + 1 <= WIDTH:
-                return lines[:-1] + [lines[-1] + ", ".join(items) + ")" + suffix]
-        for arg in node.args:
-            lines += _wrap(arg, inner, inner_pad, ",")
-        for keyword in node.keywords:
-            lines += _wrap(
-                keyword.value, inner, inner_pad + (f"{keyword.arg}=" if keyword.arg else "**"), ","
-            )
-        return lines + [pad + ")" + suffix]
-    brackets = {ast.List: "[]", ast.Tuple: "()", ast.Set: "{}"}
-    if type(node) in brackets:
-        opening, closing = brackets[type(node)]
-        lines = [prefix + opening]
-        for element in node.elts:  # type: ignore[attr-defined]
-            lines += _wrap(element, inner, inner_pad, ",")
-        return lines + [pad + closing + suffix]
-    if isinstance(node, ast.Dict):
-        lines = [prefix + "{"]
-        for key, value in zip(node.keys, node.values):
-            head = inner_pad + (f"{ast.unparse(key)}: " if key is not None else "**")
-            lines += _wrap(value, inner, head, ",")
-        return lines + [pad + "}" + suffix]
-    if isinstance(node, ast.ListComp):
-        lines = [prefix + "["]
-        lines += _wrap(node.elt, inner, inner_pad)
-        for generator in node.generators:
-            lines.append(inner_pad + f"for {_target(generator.target)} in {ast.unparse(generator.iter)}")
-        return lines + [pad + "]" + suffix]
-    if isinstance(node, ast.Subscript) and _plain(node.value, node):
-        index = ast.unparse(node)[len(ast.unparse(node.value)) :]
-        return _wrap(node.value, indent, prefix, index + suffix)
-    if isinstance(node, ast.Attribute) and _plain(node.value, node):
-        return _wrap(node.value, indent, prefix, "." + node.attr + suffix)
-    if isinstance(node, ast.BinOp):
-        left, operator, right = _split_binop(node)
-        if len(left) <= 30 and right == ast.unparse(node.right):
-            lines = _wrap(node.right, indent, f"{prefix}{left} {operator} ", suffix)
-            if _fits(lines):
-                return lines
-        if len(right) <= 30 and left == ast.unparse(node.left):
-            lines = _wrap(node.left, indent, prefix, f" {operator} {right}{suffix}")
-            if _fits(lines):
-                return lines
-        return [prefix + "(", *_chain(node, inner, ""), pad + ")" + suffix]
-    return [text]
-
-
-def _chain(node: ast.expr, indent: int, head: str) -> list[str]:
-    """`a * b - c` as one operand per line (`a`, `* b`, `- c`): the same tokens, in brackets."""
-    if not isinstance(node, ast.BinOp) or len(" " * indent + head + ast.unparse(node)) <= WIDTH:
-        return _wrap(node, indent, " " * indent + head)
-    left, operator, right = _split_binop(node)
-    lines = (
-        _chain(node.left, indent, head)
-        if left == ast.unparse(node.left)
-        else _wrap_text(left, node.left, indent, head)
-    )
-    return lines + _wrap_text(right, node.right, indent, operator + " ")
-
-
-def _plain(inner: ast.expr, outer: ast.expr) -> bool:
-    """`inner` appears unparenthesized in `outer`'s source."""
-    return ast.unparse(outer).startswith(ast.unparse(inner))
-
-
-def _split_binop(node: ast.BinOp) -> tuple[str, str, str]:
-    """The source of a binary operation's two sides, parenthesized as `ast.unparse` would."""
-    marker = "__JAXSIDE__"
-    with_left = ast.unparse(ast.BinOp(node.left, node.op, ast.Name(marker, ast.Load())))
-    with_right = ast.unparse(ast.BinOp(ast.Name(marker, ast.Load()), node.op, node.right))
-    left, operator = with_left[: with_left.rindex(marker)].rstrip().rsplit(" ", 1)
-    right = with_right[with_right.index(marker) + len(marker) :].strip().split(" ", 1)[1]
-    return left, operator, right
-
-
-def _wrap_text(text: str, node: ast.expr, indent: int, head: str) -> list[str]:
-    if text == ast.unparse(node):
-        return _wrap(node, indent, " " * indent + head)
-    if text == f"({ast.unparse(node)})":
-        return _wrap(node, indent, " " * indent + head + "(", ")")
-    return [" " * indent + head + text]
-
-
-def double_quotes(text: str) -> str:
-    """`params["wqkv"]` rather than `params['wqkv']`: plain single-quoted strings get double quotes."""
-    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    lines = text.splitlines(keepends=True)
-    edits = []
-    for token in tokens:
-        if (
-            token.type == tokenize.STRING
-            and token.string.startswith("'")
-            and not token.string.startswith("'''")
-        ):
-            body = token.string[1:-1]
-            if '"' not in body and "\\" not in body and token.start[0] == token.end[0]:
-                edits.append((token.start, token.end, f'"{body}"'))
-    for (row, col), (_, end), replacement in reversed(edits):
-        line = lines[row - 1]
-        lines[row - 1] = line[:col] + replacement + line[end:]
-    return "".join(lines)
+# -- text ------------------------------------------------------------------------------------------------
 
 
 def wrap_text(text: str, indent: int, width: int) -> list[str]:
@@ -215,16 +161,9 @@ def wrap_text(text: str, indent: int, width: int) -> list[str]:
         (node,) = ast.parse(code).body
     except (SyntaxError, ValueError):
         return [text]
-    lines = double_quotes("\n".join(format_statement(node, indent))).split("\n")
-    lines = [line[indent:] for line in lines]
+    lines = [line[indent:] for line in format_statement(node, indent, width)]
     if shapes:
         lines[-1] += f"  # {shapes}"
     return lines
 
 
-def display_width(text: str) -> int:
-    """Columns `text` takes in a terminal or editor: wide (CJK) characters two, combining none."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )

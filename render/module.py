@@ -7,7 +7,7 @@ import textwrap
 
 from render import text as user_text
 from render.ir import Program
-from render.layout import WIDTH, double_quotes, format_statement
+from render.layout import MODULE_WIDTH, double_quotes, format_statement
 from render.lower import lower
 from render.lower.paths import Tree
 from tracing.trace import Trace
@@ -35,15 +35,15 @@ def render_program(program: Program, *, source: str) -> str:
         used |= {"jnp"}
     imports = [line for name, line in _IMPORTS.items() if name in used]
     docstring = user_text.docstring(_docstring(program, source))
-    chunks = [docstring, "\n".join(sorted(imports, key=_import_order))]
+    # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after
+    # the imports (two before a def), two around defs.
+    top = [docstring] + (["\n".join(sorted(imports, key=_import_order))] if imports else [])
     if loader and program.state_paths:
-        chunks.append(_state_constant(program))
+        top.append(_state_constant(program))
     if constants:
-        chunks.append("\n".join(line for c in constants for line in format_statement(c, 0)))
-    chunks += ["\n".join(format_statement(d, 0)) for d in defs]
-    if loader:
-        chunks.append(loader)
-    text = double_quotes("\n\n\n".join(chunks) + "\n")
+        top.append("\n".join(line for c in constants for line in format_statement(c, 0, MODULE_WIDTH)))
+    blocks = ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in defs] + ([loader] if loader else [])
+    text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
     user_text.check_compiles(text, "module")
     return text
 
@@ -130,7 +130,7 @@ def _sizes(program: Program) -> list[str]:
 def _fill(paragraph: str) -> str:
     if paragraph.startswith("Call it:"):
         return paragraph
-    return textwrap.fill(paragraph, WIDTH - 4, break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(paragraph, MODULE_WIDTH - 3, break_long_words=False, break_on_hyphens=False)
 
 
 def _example_path(program: Program) -> str:
@@ -174,12 +174,14 @@ def _load_params(program: Program) -> str:
         return ""
     both = program.takes_state
     returns = "params, state" if both else "params"
-    split = "        tree = state if _is_state(path) else params\n" if both else "        tree = params\n"
+    made = "params, state = {}, {}" if both else "params = {}"
+    tree = "state if _is_state(path) else params" if both else "params"
     text = f'''def load_params(model):
     """`{returns}` for `{program.entry.name}` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -188,17 +190,18 @@ def _load_params(program: Program) -> str:
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{{prefix}}.{{name}}" if prefix else name, value)
+                    path = f"{{prefix}}.{{name}}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {{}}, {{}}
+    {made}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-{split}        node = tree
+        node = {tree}
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {{}})
@@ -207,10 +210,11 @@ def _load_params(program: Program) -> str:
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {{k: _lists(v) for k, v in node.items()}}
 '''
@@ -221,7 +225,9 @@ def _is_state(path):
     parts = path.split(".")
     for pattern in STATE_BUFFERS:
         keys = pattern.split(".")
-        if len(keys) == len(parts) and all(k in ("*", p) for k, p in zip(keys, parts)):
+        if len(keys) == len(parts) and all(
+            k in ("*", p) for k, p in zip(keys, parts, strict=True)
+        ):
             return True
     return False
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import linecache
 import os
 import tokenize
 from collections.abc import Iterator
@@ -26,12 +27,21 @@ COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp)
 
 def read(file: str) -> tuple[str, ast.Module] | None:
     """The text and tree of a source file, or None if it cannot be read or parsed (parsed once
-    per version of the file)."""
+    per version of the file, or of a notebook cell's text)."""
     try:
         stat = os.stat(file)
     except (OSError, ValueError):
-        return None
+        lines = linecache.getlines(file)
+        return _parse_text("".join(lines)) if lines else None
     return _parse(file, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_text(text: str) -> tuple[str, ast.Module] | None:
+    try:
+        return text, ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -45,8 +55,15 @@ def _parse(file: str, mtime: int, size: int) -> tuple[str, ast.Module] | None:
 
 def read_source(path: str | Path) -> str:
     """A Python file's text as Python reads it (its coding cookie, a UTF-8 BOM dropped), with
-    its newlines as they are (CRLF stays CRLF)."""
-    data = Path(path).read_bytes()
+    its newlines as they are (CRLF stays CRLF). Code with no file on disk, such as a notebook
+    cell (`<ipython-input-3-...>`), is read from `linecache`, where IPython keeps it."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        lines = linecache.getlines(str(path))
+        if not lines:
+            raise
+        return "".join(lines)
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     return data.decode(encoding)
 

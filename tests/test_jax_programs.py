@@ -205,7 +205,7 @@ def test_gradient_of_each_layer_of_a_python_loop_is_named_after_that_layer():
 def test_scan_options_and_a_fori_loop_with_a_traced_bound():
     x = jnp.arange(12.0).reshape(4, 3) / 10
     exported = roundtrip(programs().decaying_sums, x, jnp.int32(3))
-    text = exported.text
+    text = ast.unparse(ast.parse(exported.text))  # each statement on one line, whatever its layout
     assert "lax.scan(accumulate, " in text and "reverse=True, unroll=2)" in text
     assert "lax.scan(double, (total, total), None, length=3)" in text
     assert "lax.fori_loop(0, steps, shift, " in text and "def shift(i, v):" in text
@@ -230,7 +230,8 @@ def test_sourceror_forward_keeps_the_scanned_checkpointed_layer_and_the_mapped_b
     params, x = jp.sourceror_inputs()
     exported = roundtrip(jp.fwd, params, x)
     text = exported.text
-    assert "lax.scan(jax.checkpoint(layer, prevent_cse=False), x, (params[0], params[1]))" in text
+    one_line = ast.unparse(ast.parse(text))  # each statement on one line, whatever its layout
+    assert "lax.scan(jax.checkpoint(layer, prevent_cse=False), x, (params[0], params[1]))" in one_line
     assert "def layer(x, params):" in text and "qkv, o = params" in text
     assert "lax.map(block, " in text and "def block(block_idx):" in text
     assert_golden("export", "sourceror_fwd.py", text)

@@ -59,7 +59,7 @@ def test_broken_port_names_its_faulty_line_first(variant: str, capsys: pytest.Ca
 def test_bad_params_map_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = tmp_path / "map.py"
     bad.write_text("PARAMS_MAP = {\"params['embed']\": 'no.such.weight'}\n")
-    code, out, err = _review("llama_port.py", capsys, "--params-map", str(bad))
+    code, out, err = _review("llama_port.py", capsys, "--params-map", str(bad), "-q")  # -q: errors only
     assert code == 2
     assert err.strip().splitlines() == [err.strip()]
     assert err.startswith(f"error: {bad}: PARAMS_MAP maps params['embed'] to 'no.such.weight'")

@@ -153,7 +153,7 @@ def test_split_recipe_takes_the_rows_then_transposes() -> None:
 def test_params_map_names_a_leaf_of_the_port(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = tmp_path / "map.py"
     bad.write_text("PARAMS_MAP = {'no.such.leaf': 'output.weight'}\n")
-    code, out, err = _review(_needs("equinox"), capsys, "--params-map", str(bad))
+    code, out, err = _review(_needs("equinox"), capsys, "--params-map", str(bad), "-q")  # -q: errors only
     assert code == 2
     assert err.strip().splitlines() == [f"error: {bad}: PARAMS_MAP names no.such.leaf, which is not a leaf "
                                         "of the port; use a dotted path such as embedding.weight"]
@@ -162,7 +162,7 @@ def test_params_map_names_a_leaf_of_the_port(capsys: pytest.CaptureFixture[str],
 def test_missing_framework_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     port = tmp_path / "port.py"
     port.write_text('"""A port."""\nimport equinox.not_installed_here\n')
-    code, out, err = _review(port, capsys)
+    code, out, err = _review(port, capsys, "-q")
     assert code == 2
     assert err.strip().splitlines() == [f"error: {port}:2: needs equinox, which is not installed; "
                                         "pip install 'jaxside[review]' (or equinox)"]
@@ -171,7 +171,7 @@ def test_missing_framework_is_one_line(capsys: pytest.CaptureFixture[str], tmp_p
 def test_port_without_an_entry_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     port = tmp_path / "port.py"
     port.write_text("SIZE = 3\n")
-    code, out, err = _review(port, capsys)
+    code, out, err = _review(port, capsys, "-q")
     assert code == 2
     assert err.strip().splitlines() == [f"error: {port}: defines no forward (a function) or build (returning "
                                         "a module); name the port's function, module or factory with "

@@ -58,8 +58,7 @@ def user_files(fn: Any, module: torch.nn.Module | None, watch: Iterable[Any]) ->
         files.add(code.co_filename)
     if module is not None:
         for sub in module.modules():
-            with contextlib.suppress(TypeError, OSError):
-                files.add(inspect.getfile(type(sub)))
+            files.update(_class_files(type(sub)))
     for item in watch:
         module_obj = sys.modules.get(str(item))
         path = Path(module_obj.__file__ if module_obj is not None and module_obj.__file__ else item)
@@ -83,6 +82,20 @@ def user_files(fn: Any, module: torch.nn.Module | None, watch: Iterable[Any]) ->
         return answer
 
     return is_user_file
+
+
+def _class_files(cls: type) -> set[str]:
+    """The file defining a class; for a class with no file of its own (defined in a notebook cell
+    or at the interactive prompt, where `inspect.getfile` fails for `__main__`), the files of its
+    methods' code, which IPython keeps in `linecache` (`<ipython-input-3-...>`, `/tmp/ipykernel_.../`)."""
+    with contextlib.suppress(TypeError, OSError):
+        return {inspect.getfile(cls)}
+    found = set()
+    for value in vars(cls).values():
+        code = getattr(inspect.unwrap(value), "__code__", None) if callable(value) else None
+        if code is not None:
+            found.add(code.co_filename)
+    return found
 
 
 def is_library_file(filename: str) -> bool:

@@ -6,7 +6,7 @@ are the keys; equations are referred to by their index in ``trace.jaxpr.jaxpr.eq
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -149,8 +149,33 @@ class Trace:
     def origin(self, var: Any) -> Origin | None:
         return self.origins.get(var)
 
+    def __repr__(self) -> str:
+        """One line, whatever the size of the program (the fields hold the jaxpr and every var)."""
+        kinds = [i.kind for i in self.inputs]
+        inputs = ", ".join(f"{kinds.count(k)} {k}{'s' if kinds.count(k) > 1 else ''}"
+                           for k in ("param", "buffer", "arg") if k in kinds)
+        calls, outputs = sum(1 for _ in self.root.walk()) - 1, len(self.outputs)
+        return (f"<Trace of {self.entry} ({self.frontend}): {len(self.jaxpr.jaxpr.eqns):,} equations, "
+                f"inputs {inputs or 'none'}, {outputs} output{'s' if outputs != 1 else ''}, "
+                f"{calls} nested call{'s' if calls != 1 else ''} of user code>")
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's view: torch beside its JAX, once a view is registered (`import render.html`
+        registers the side-by-side page); else Jupyter shows the repr."""
+        return HTML_VIEWS[-1](self) if HTML_VIEWS else None
+
     def calls(self, function: str) -> list[Call]:
         """Every call of the function with this qualname (or name), in call order."""
         return [
             c for c in self.root.walk() if c.function == function or c.function.endswith("." + function)
         ]
+
+
+HTML_VIEWS: list[Callable[[Trace], str]] = []
+"""What `Trace._repr_html_` shows: the last view registered with `register_html_view`. tracing never
+imports render, so render registers its page when it is imported."""
+
+
+def register_html_view(view: Callable[[Trace], str]) -> None:
+    """Make `view(trace) -> html` what notebooks show for a `Trace`."""
+    HTML_VIEWS.append(view)

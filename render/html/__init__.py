@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
-from render.html.view import side_by_side
+from typing import Any
 
-__all__ = ["side_by_side"]
+from render.html.page import framed
+from render.html.view import side_by_side
+from tracing.trace import register_html_view
+
+__all__ = ["notebook_view", "side_by_side"]
+
+
+def notebook_view(trace: Any) -> str:
+    """What a notebook shows for a `Trace`: the side-by-side page of its entry's file or cell."""
+    return framed(side_by_side(trace))
+
+
+register_html_view(notebook_view)

@@ -24,3 +24,9 @@ def document(title: str, intro: str, legend: list[tuple[str, str, str]], body: s
         f"{body}\n<button id=back type=button></button>"
         f"<script>{_asset('view.js')}</script></body></html>\n"
     )
+
+
+def framed(page: str) -> str:
+    """A page inside a notebook's output: in an iframe, so its style and script stay its own."""
+    return (f"<iframe srcdoc=\"{html.escape(page, quote=True)}\" "
+            "style='width:100%;height:36em;border:1px solid #8884'></iframe>")

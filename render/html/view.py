@@ -35,9 +35,10 @@ LEGEND = [
 ]
 
 
-def side_by_side(trace: Any, path: str, *, shapes: bool = False) -> str:
-    """The HTML view of `path` with the JAX each of its lines produced in `trace`."""
-    return _View(trace, shapes).render(Path(path).resolve())
+def side_by_side(trace: Any, path: str | None = None, *, shapes: bool = False) -> str:
+    """The HTML view of `path` (by default the entry's file, or notebook cell) with the JAX each
+    of its lines produced in `trace`."""
+    return _View(trace, shapes).render(Path(trace.root.file if path is None else path).resolve())
 
 
 def _chars(text: str, byte_col: int) -> int:
@@ -58,6 +59,8 @@ class _View:
                     text = statement_text(statement, trace, shapes=shapes)
                     self.sites.setdefault(text, []).append(statement.site)
         self.maps: dict[Path, SourceMap | None] = {}
+        self.originals = {Path(c.file).resolve(): c.file for c in trace.root.walk()}
+        """Each file by the name the code had: a notebook cell's is not a path (`<ipython-input-1-...>`)."""
         self.callers: dict[str, list[tuple[str, str]]] = {}
         self.sections = 0
         self.band = 0
@@ -66,7 +69,9 @@ class _View:
         path = Path(file).resolve()
         if path not in self.maps:
             try:
-                self.maps[path] = SourceMap(read_source(path))
+                # A notebook cell has no file: its text is under its own name in linecache.
+                named = path if path.exists() else self.originals.get(path, file)
+                self.maps[path] = SourceMap(read_source(named))
             except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
                 self.maps[path] = None
         return self.maps[path]

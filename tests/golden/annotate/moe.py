@@ -58,9 +58,8 @@ class MoE(nn.Module):
         # topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
         topk_w = F.softmax(topk_logits, dim=-1)
         # softmax_topk_logits = jnp.exp(
-        #     topk_logits - lax.stop_gradient(
-        #         jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None]
-        #     ),
+        #     topk_logits
+        #     - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None])
         # )
         # topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
         # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.

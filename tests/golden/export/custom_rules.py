@@ -1,6 +1,8 @@
-"""JAX for samples/jax_programs.py: custom_rules, exported by jaxside from one traced run.
+"""JAX for samples/jax_programs.py: custom_rules, exported by jaxside from one traced
+run.
 
-Traced with x: float32[2]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2]; shapes and non-tensor inputs are baked in as they were
+then.
 
 Call it:
 
@@ -9,7 +11,6 @@ Call it:
 `custom_rules` works under `jax.jit`, `jax.vmap` and `jax.grad`.
 """
 
-
 import jax
 import jax.numpy as jnp
 
@@ -17,12 +18,14 @@ import jax.numpy as jnp
 def custom_rules(x):
     """`custom_rules`, jax_programs.py:96."""
     y = stable_softplus(x) * 3.0
+
     def clip_gradient(x):
         """Its custom VJP rule is not reproduced here:
 
         `jax.grad` of this code differentiates this body instead.
         """
         return x
+
     return clip_gradient(y) + jax.nn.relu(x)
 
 

@@ -1,12 +1,7 @@
 """JAX for samples/moe.py: MoE, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,6,32]; non-tensor inputs are baked in as they were then.
-
-Generic sizes, read from the inputs' shapes (any value the torch code accepts): `x.shape[0]`;
-`x.shape[1]`.
-
-Fixed sizes: `x.shape[2]` = 32: the torch code fails at x.shape[2] = 64 (Size of label 'a' for
-operand 1 (64) does not match previous terms (32).).
+Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they
+were then.
 
 Call it:
 
@@ -16,10 +11,9 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `experts.0.w1.weight` is `params["experts"][0]["w1"]["weight"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +22,7 @@ from jax import lax
 
 def forward(params, x):
     """`MoE.forward`, moe.py:28."""
-    tokens = jnp.reshape(x, (x.shape[0] * x.shape[1], 32))
+    tokens = jnp.reshape(x, (12, 32))
     logits = lax.dot_general(
         tokens,
         params["router"]["weight"],
@@ -39,21 +33,20 @@ def forward(params, x):
     topk_logits = jax.jit(_sort)(logits_1)
     topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
     softmax_topk_logits = jnp.exp(
-        topk_logits - lax.stop_gradient(
+        topk_logits
+        - lax.stop_gradient(
             jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None]
-        ),
+        )
     )
     topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
     scatter = lax.broadcast_in_dim(
-        jnp.reshape(lax.iota(jnp.int32, x.shape[0] * x.shape[1]), (x.shape[0] * x.shape[1], 1)),
-        (x.shape[0] * x.shape[1], 2),
-        (0, 1),
+        jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1)
     )
     weights = lax.scatter(
-        jnp.zeros((topk_idx.shape[0], 4), jnp.float32),
+        jnp.zeros((12, 4), jnp.float32),
         jnp.concatenate(
             [
-                lax.select(scatter < 0, scatter + topk_idx.shape[0], scatter)[..., None],
+                lax.select(scatter < 0, scatter + 12, scatter)[..., None],
                 lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
             ],
             axis=2,
@@ -68,20 +61,31 @@ def forward(params, x):
         ),
         mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
     )
-    expert_out = lax.stack([expert_forward(expert, tokens) for expert in params["experts"]], axis=1)
-    out = lax.dot_general(
-        weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
+    expert_out = lax.stack(
+        [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
     )
-    return jnp.reshape(out, (*x.shape[:2], 32))
+    out = lax.dot_general(
+        weights,
+        expert_out,
+        (((1,), (1,)), ((0,), (0,))),
+        preferred_element_type=jnp.float32,
+    )
+    return jnp.reshape(out, (2, 6, 32))
 
 
 def expert_forward(params, x):
     """`Expert.forward`, moe.py:17, for 4 calls: `experts.0` ... `experts.3`."""
     w1_x = lax.dot_general(
-        x, params["w1"]["weight"], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        x,
+        params["w1"]["weight"],
+        (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32,
     )
     w3_x = lax.dot_general(
-        x, params["w3"]["weight"], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+        x,
+        params["w3"]["weight"],
+        (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32,
     )
     return lax.dot_general(
         jax.nn.silu(w1_x) * w3_x,
@@ -97,7 +101,7 @@ def _sort(x):
 
 def _argsort(x):
     _, argsort = lax.sort(
-        (lax.rev(x, (1,)), lax.rev(lax.broadcasted_iota(jnp.int32, (x.shape[0], 2), 1), (1,))),
+        (lax.rev(x, (1,)), lax.rev(lax.broadcasted_iota(jnp.int32, (12, 2), 1), (1,))),
         dimension=1,
         is_stable=True,
         num_keys=1,
@@ -108,8 +112,9 @@ def _argsort(x):
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -118,18 +123,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {}, {}
+    params = {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = params
-        node = tree
+        node = params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -138,9 +143,10 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

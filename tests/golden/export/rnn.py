@@ -1,12 +1,8 @@
-"""JAX for samples/rnn.py: SequenceModel, exported by jaxside from one traced run (torchax).
+"""JAX for samples/rnn.py: SequenceModel, exported by jaxside from one traced run
+(torchax).
 
-Traced with x: float32[2,5,8]; non-tensor inputs are baked in as they were then.
-
-Generic sizes, read from the inputs' shapes (any value the torch code accepts): `x.shape[0]`.
-
-Fixed sizes: `x.shape[1]` = 5: `forward` changes with the size (a Python branch or loop on it);
-`x.shape[2]` = 8: the torch code fails at x.shape[2] = 16 (unsupported operand type(s) for @:
-'View' and 'Tensor').
+Traced with x: float32[2,5,8]; shapes and non-tensor inputs are baked in as they were
+then.
 
 Call it:
 
@@ -16,10 +12,9 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `cell.weight_ih` is `params["cell"]["weight_ih"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax.numpy as jnp
 from jax import lax
@@ -27,9 +22,7 @@ from jax import lax
 
 def forward(params, x):
     """`SequenceModel.forward`, rnn.py:30."""
-    if x.shape[1] != 5:
-        raise ValueError("x.shape[1] is fixed at 5 (see the docstring)")
-    h = jnp.zeros((x.shape[0], 32), jnp.float32)
+    h = jnp.zeros((2, 32), jnp.float32)
     x_t = jnp.squeeze(x[:, :1], axis=1)
     h_1 = elman_cell_forward(params["cell"], x_t, h)
     x_t_1 = jnp.squeeze(x[:, 1:2], axis=1)
@@ -61,8 +54,9 @@ def elman_cell_forward(params, x_t, h):
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -71,18 +65,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {}, {}
+    params = {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = params
-        node = tree
+        node = params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -91,9 +85,10 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

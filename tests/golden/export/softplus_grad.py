@@ -1,6 +1,7 @@
 """JAX for samples/jax_programs.py: grad_fn, exported by jaxside from one traced run.
 
-Traced with x: float32[]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[]; shapes and non-tensor inputs are baked in as they were
+then.
 
 Call it:
 
@@ -8,7 +9,6 @@ Call it:
 
 `grad_fn` works under `jax.jit`, `jax.vmap` and `jax.grad`.
 """
-
 
 import jax.numpy as jnp
 

@@ -1,0 +1,89 @@
+"""Notebooks: a model defined in an IPython cell traces with its names, and a `Trace` shows itself.
+
+IPython keeps each cell's source in `linecache` under a name that is not a path
+(`<ipython-input-1-...>`); `inspect.getfile` fails for classes defined there. The cells run in
+IPython's own `InteractiveShell`, in a separate interpreter (the shell takes over the process).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+pytest.importorskip("IPython")
+
+CELLS = [
+    '''
+import torch
+from torch import nn
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        hidden = self.proj(x)
+        gated = torch.sigmoid(hidden) * x
+        return gated + 1.0
+''',
+    '''
+import render.html
+from render.comments import annotate_file
+from render.module import export_module
+from tracing import capture
+
+trace = capture(Block(), torch.randn(2, 8))
+formats, _ = get_ipython().display_formatter.format(trace)
+result = {
+    "file": trace.root.file,
+    "module": export_module(trace, source="a cell"),
+    "annotated": annotate_file(trace),
+    "page": render.html.side_by_side(trace),
+    "repr": formats["text/plain"],
+    "html": formats.get("text/html"),
+}
+''',
+]
+
+SCRIPT = """
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+for cell in json.loads(sys.argv[1]):
+    outcome = shell.run_cell(cell)
+    if not outcome.success:
+        raise SystemExit(repr(outcome.error_in_exec or outcome.error_before_exec))
+print(json.dumps(shell.user_ns["result"]))
+"""
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CELLS)], capture_output=True,
+                          text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_values_are_named_after_the_cell_locals(result):
+    assert result["file"].startswith("<ipython-input-")
+    module = result["module"]
+    assert "hidden = " in module and "gated = jax.nn.sigmoid(hidden) * x" in module
+    assert "dot_general = " not in module and "add = " not in module
+
+
+def test_comments_and_the_page_read_the_cell(result):
+    annotated = result["annotated"]
+    assert "        gated = torch.sigmoid(hidden) * x  # gated = jax.nn.sigmoid(hidden) * x" in annotated
+    assert annotated.startswith("import torch\nfrom torch import nn\n")  # the cell as IPython keeps it
+    assert "gated" in result["page"] and "sigmoid" in result["page"]
+
+
+def test_a_trace_shows_a_short_repr_and_the_page(result):
+    assert result["repr"].startswith("<Trace of Block (torch): ") and len(result["repr"]) < 200
+    assert result["html"].startswith("<iframe srcdoc=") and "sigmoid" in result["html"]
