@@ -68,9 +68,9 @@ def format_statement(node: ast.stmt, indent: int) -> list[str]:
 
 
 def _target(node: ast.expr) -> str:
-    """`a, (b, c)`: a tuple target without its outer parentheses."""
+    """`a, (b, c)`: a tuple target without its outer parentheses (`a,` for a one-tuple)."""
     if isinstance(node, ast.Tuple) and node.elts:
-        return ", ".join(ast.unparse(e) for e in node.elts)
+        return ", ".join(ast.unparse(e) for e in node.elts) + ("," if len(node.elts) == 1 else "")
     return ast.unparse(node)
 
 

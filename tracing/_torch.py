@@ -22,7 +22,9 @@ import torch.utils._pytree as torch_pytree
 from tracing import _internals
 from tracing._files import module_of, user_files
 from tracing._frames import Recorder
+from tracing._outputs import holds_tensor, plain_output
 from tracing._progress import Reporter
+from tracing._random import key_input, key_name
 from tracing._session import Entry, Returned, bind, entry_code
 from tracing.errors import OutputError
 from tracing.trace import InputKind
@@ -54,11 +56,13 @@ class TorchSession:
         self.arg_leaves: dict[str, tuple[list[Any], Any]] = {}
         self.aliases: dict[str, list[str]] = {}
         self._collect_inputs()
+        self.key = key_name(self.bound.signature.parameters)
         code = entry_code(fn)
         self.entry = Entry(
             name=name, frontend="torch", code=code,
             file=code.co_filename if code else "", line=code.co_firstlineno if code else 0,
-            inputs=[(slot.kind, slot.name) for slot in self.slots], is_user_file=is_user_file,
+            inputs=[*((slot.kind, slot.name) for slot in self.slots), ("arg", self.key)],
+            is_user_file=is_user_file,
         )
 
     def _collect_inputs(self) -> None:
@@ -85,6 +89,7 @@ class TorchSession:
                     self.slots.append(_InputSlot("arg", name + torch_pytree.keystr(path), leaf))
 
     def inputs(self) -> list[Any]:
+        """The state and argument tensors, then the key random ops draw from (`tracing._random`)."""
         values = []
         for slot in self.slots:
             tensor = slot.tensor
@@ -93,27 +98,29 @@ class TorchSession:
                 values.append(jax.ShapeDtypeStruct(tuple(tensor.shape), dtype))
             else:
                 values.append(_internals.to_jax_array(tensor))
-        return values
+        return [*values, key_input()]
 
     def run(self, flat: tuple[Any, ...], recorder: Recorder, reporter: Reporter) -> Returned:
         env = _internals.torchax.default_env()
+        *flat, key = flat
         tensors = [_internals.wrap(value, env) for value in flat]
         args, kwargs = self._rebuild_arguments(tensors)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._swapped_state(tensors))
             stack.enter_context(env)
-            stack.enter_context(_internals.own_random_key(env))
+            stack.enter_context(_internals.own_random_key(env, key))
             stack.enter_context(torch.device("jax"))
             stack.enter_context(reporter.watching(self.module_paths))
             views = stack.enter_context(_internals.view_values())
             stack.enter_context(recorder)
             out = self.fn(*args, **kwargs)
-        leaves, spec = _flatten_with_path(out)
+        out = plain_output(out, lambda value: _internals.view_tensor(value, env))
+        leaves, spec = torch_pytree.tree_flatten_with_path(out)
         outputs, static = [], {}
         for i, (path, leaf) in enumerate(leaves):
             if _internals.var_of(leaf) is not None or isinstance(leaf, _internals.TorchaxTensor):
                 outputs.append((torch_pytree.keystr(path), _internals.jax_value(leaf)))
-            elif _holds_tensor(leaf):
+            elif holds_tensor(leaf):
                 raise OutputError(
                     f"{self.entry.name} returned a {type(leaf).__qualname__} holding traced tensors, "
                     "which torch's pytree cannot flatten",
@@ -175,7 +182,7 @@ def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
         fresh = {
             type(leaf) for _, leaf in leaves
             if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) and type(leaf) not in tried
-            and _holds_tensor(leaf)
+            and holds_tensor(leaf)
         }
         if not fresh:
             return leaves, spec
@@ -183,18 +190,3 @@ def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
             tried.add(cls)
             with contextlib.suppress(ValueError):  # registered meanwhile, or not registrable
                 torch_pytree.register_dataclass(cls)
-
-
-def _holds_tensor(value: Any, depth: int = 0) -> bool:
-    """Whether a tensor hides in an object's attributes (a few levels down)."""
-    if isinstance(value, torch.Tensor):
-        return True
-    if depth > 3 or isinstance(value, (str, bytes, int, float, bool, type, torch.nn.Module)) or value is None:
-        return False
-    if isinstance(value, dict):
-        items: Iterable[Any] = value.values()
-    elif isinstance(value, (list, tuple, set)):
-        items = value
-    else:
-        items = getattr(value, "__dict__", {}).values()
-    return any(_holds_tensor(item, depth + 1) for item in items)
