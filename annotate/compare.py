@@ -172,7 +172,8 @@ def _arrays(
     kind = np.complex128 if want_np.dtype.kind == "c" else np.float64
     g, w = got_np.astype(kind), want_np.astype(kind)
     same = (g == w) | (np.isnan(g) & np.isnan(w))
-    diff = np.where(same, 0.0, np.abs(g - w))  # inf against a finite value or NaN: inf or NaN
+    with np.errstate(invalid="ignore"):  # inf against a finite value or NaN: inf or NaN
+        diff = np.where(same, 0.0, np.abs(g - w))
     max_abs = float(np.inf) if np.isnan(diff).any() else float(diff.max())
     finite = np.abs(w)[np.isfinite(w)]
     scale = float(finite.max()) if finite.size else 0.0

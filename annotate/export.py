@@ -134,8 +134,7 @@ def check(
     """Run the export under `jax.jit` and torch eager on the same inputs; compare every leaf of the
     result (outputs drawn from the export's `key` by shape and dtype only) and every new state buffer."""
     inputs = entry_inputs(module, program, fn, args, kwargs)  # before torch runs: it may write buffers
-    exported = getattr(module, program.entry.name)
-    result = jax.jit(exported)(*inputs)
+    result = run_jitted(getattr(module, program.entry.name), inputs)
     outputs, new_state = result if program.takes_state else (result, None)
     try:
         with torch.no_grad():
@@ -153,6 +152,22 @@ def check(
                 random=frozenset({f"state {path}"}) if f"state {path}" in random else frozenset(),
             )
     return comparisons
+
+
+def run_jitted(exported: Callable[..., Any], inputs: list[Any]) -> Any:
+    """`exported(*inputs)` under `jax.jit`, its constant leaves (a string, a float) returned as they are."""
+    constants: dict[int, Any] = {}
+    tree: list[Any] = []
+
+    def arrays(*inputs: Any) -> list[Any]:
+        leaves, treedef = jax.tree_util.tree_flatten(exported(*inputs))
+        tree.append(treedef)
+        constants.update({i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, jax.Array)})
+        return [leaf for i, leaf in enumerate(leaves) if i not in constants]
+
+    computed = iter(jax.jit(arrays)(*inputs))
+    leaves = [constants[i] if i in constants else next(computed) for i in range(tree[-1].num_leaves)]
+    return jax.tree_util.tree_unflatten(tree[-1], leaves)
 
 
 def compare_gradients(

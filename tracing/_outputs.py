@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-# Deeper than any output holds its tensors (a cache's layers' keys are three levels down).
-_DEPTH = 6
+# Far deeper than any output holds its tensors (a cache's layers' keys are three levels down).
+_DEPTH = 32
 
 
 def plain_output(value: Any, leaf: Callable[[Any], Any] | None = None) -> Any:
@@ -67,16 +67,18 @@ def _is_array(value: Any) -> bool:
     return module.startswith(("jax", "numpy")) and hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def holds_tensor(value: Any, depth: int = 0) -> bool:
-    """Whether a tensor hides in an object's items or attributes (a few levels down)."""
+def holds_tensor(value: Any, seen: set[int] | None = None) -> bool:
+    """Whether a tensor hides in an object's items or attributes, at any depth."""
     if isinstance(value, torch.Tensor):
         return True
-    if value is None or depth > _DEPTH or isinstance(value, (str, bytes, int, float, type, torch.nn.Module)):
+    seen = set() if seen is None else seen
+    if id(value) in seen or isinstance(value, (str, bytes, int, float, type, torch.nn.Module, type(None))):
         return False
+    seen.add(id(value))
     if isinstance(value, dict):
         items: Iterable[Any] = value.values()
     elif isinstance(value, (list, tuple, set)):
         items = value
     else:
         items = getattr(value, "__dict__", {}).values()
-    return any(holds_tensor(item, depth + 1) for item in items)
+    return any(holds_tensor(item, seen) for item in items)
