@@ -179,3 +179,44 @@ def test_torch_eager_failing_under_check_is_the_users_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 3, err
     assert f"{source}:12:" in err and "torch eager" in err and "jaxside bug" not in err
+
+
+# -- lowering regressions found by the model zoo --------------------------------------------------
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class PartialRotary(nn.Module):
+    """Phi-3's partial rotary: `rotate_half` of a lazy slice, on query and key of other head counts."""
+
+    def forward(self, q, k, cos):
+        d = cos.shape[-1]
+        q_rot, q_pass = q[..., :d], q[..., d:]
+        k_rot, k_pass = k[..., :d], k[..., d:]
+        q = torch.cat([q_rot * cos + rotate_half(q_rot), q_pass], dim=-1)
+        k = torch.cat([k_rot * cos + rotate_half(k_rot), k_pass], dim=-1)
+        return q, k
+
+
+def test_a_call_reading_only_a_lazy_slice_keeps_its_result():
+    assert_checks(PartialRotary(), torch.randn(1, 4, 8, 8), torch.randn(1, 2, 8, 8), torch.randn(8, 4))
+
+
+class SplitHeads(nn.Module):
+    """Falcon's multi-query `_split_heads`: the first result is a lazy view its caller materializes."""
+
+    def split(self, fused):
+        fused = fused.view(1, 8, 6, 4)
+        return fused[..., :-2, :], fused[..., [-2], :], fused[..., [-1], :]
+
+    def forward(self, fused):
+        query, key, value = self.split(fused)
+        return query.transpose(1, 2) @ key.permute(0, 2, 3, 1) + value.sum()
+
+
+def test_a_call_returning_a_view_made_elsewhere_keeps_the_positions_of_the_rest():
+    assert_checks(SplitHeads(), torch.randn(1, 8, 24))
