@@ -220,3 +220,21 @@ class SplitHeads(nn.Module):
 
 def test_a_call_returning_a_view_made_elsewhere_keeps_the_positions_of_the_rest():
     assert_checks(SplitHeads(), torch.randn(1, 8, 24))
+
+
+def test_grouped_mm_names_the_op_the_line_and_the_way_around(tmp_path, capsys):
+    from annotate.cli import main
+
+    source = tmp_path / "experts.py"
+    source.write_text(
+        "import torch\n\n\n"
+        "def experts(x, w, offs):\n"
+        "    return torch._grouped_mm(x, w, offs=offs)\n\n\n"
+        "def example():\n"
+        "    offs = torch.tensor([3, 8], dtype=torch.int32)\n"
+        "    return experts, (torch.randn(8, 4), torch.randn(2, 4, 4), offs)\n"
+    )
+    assert main([str(source)]) == 3
+    err = capsys.readouterr().err
+    assert f"{source}:5: `torch._grouped_mm(x, w, offs=offs)` calls aten::_grouped_mm" in err
+    assert "set_experts_implementation('batched_mm')" in err
