@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from annotate.export import check, entry_inputs, load_module
+from annotate.export import check, entry_inputs, load_module, run_jitted
 from render.lower import lower
 from render.module import render_program
 from tracing import capture, example_key, random_outputs
@@ -26,7 +26,7 @@ def exported(model, *args, **kwargs):
 def run_export(model, *args, **kwargs):
     program, module = exported(model, *args, **kwargs)
     inputs = entry_inputs(module, program, model, args, kwargs)
-    return jax.jit(getattr(module, program.entry.name))(*inputs)
+    return run_jitted(getattr(module, program.entry.name), inputs)
 
 
 def assert_checks(model, *args, **kwargs):
@@ -115,6 +115,19 @@ def test_an_object_holding_tensors_is_returned_as_a_dict_of_its_tensor_attribute
     got = run_export(model, x)
     assert set(got["cache"]) == {"layers"} and len(got["cache"]["layers"]) == 2
     assert "['cache']['layers'][1]" in [c.what for c in assert_checks(model, x)]
+
+
+class Labelled(nn.Module):
+    def forward(self, x):
+        return {"activation": "relu", "out": x.relu(), "extra": None, "count": x.shape[0]}
+
+
+def test_constant_leaves_are_returned_and_compared_as_they_are():
+    got = run_export(Labelled(), torch.randn(3))
+    assert got["activation"] == "relu" and got["extra"] is None and got["count"] == 3
+    assert [c.what for c in assert_checks(Labelled(), torch.randn(3))] == [
+        "['activation']", "['out']", "['extra']", "['count']"
+    ]
 
 
 class Views(nn.Module):
