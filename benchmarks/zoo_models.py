@@ -65,6 +65,12 @@ MODELS: list[Model] = [
     _causal_lm("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", _NEOX),
     _causal_lm("falcon", "FalconConfig", "FalconForCausalLM", "num_attention_heads=4"),
     _causal_lm("opt", "OPTConfig", "OPTForCausalLM", _OPT),
+    Model("llama_tuple", "transformers", "decoder-only", (
+        "    from transformers import LlamaConfig, LlamaForCausalLM\n"
+        f"    config = LlamaConfig({_TINY_LM}, {_HEADS})\n"
+        "    model = LlamaForCausalLM(config).eval()\n"
+        f"    return model, ({_IDS},), dict(return_dict=False, use_cache=False)  # returns (logits,)\n"
+    )),
     Model("gpt2", "transformers", "decoder-only", (
         "    from transformers import GPT2Config, GPT2LMHeadModel\n"
         "    config = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)\n"
@@ -87,6 +93,12 @@ MODELS: list[Model] = [
         "    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,\n"
         "                        intermediate_size=64, max_position_embeddings=64)\n"
         f"    return BertModel(config).eval(), ({_IDS}, torch.ones(1, 8, dtype=torch.long))\n"
+    )),
+    Model("bert_train", "transformers", "encoder, dropout", (
+        "    from transformers import BertConfig, BertModel\n"
+        "    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,\n"
+        "                        intermediate_size=64, max_position_embeddings=64)\n"
+        f"    return BertModel(config).train(), ({_IDS},)  # dropout draws from the export's key\n"
     )),
     Model("distilbert", "transformers", "encoder", (
         "    from transformers import DistilBertConfig, DistilBertModel\n"
