@@ -8,11 +8,16 @@ these tests are skipped, and say so in the summary.
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
-from benchmarks.zoo import run_model
-from benchmarks.zoo_models import MODELS, SUBSET
+# `benchmarks` is a folder of the repository, not an installed package.
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.zoo import run_model  # noqa: E402
+from benchmarks.zoo_models import MODELS, SUBSET  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None,
