@@ -1,9 +1,11 @@
 """The torch session: an `nn.Module` or torch function run under torchax on traced inputs.
 
 For a module, every parameter, buffer and plain tensor attribute becomes a jaxpr input named by
-its state_dict path (tied weights are one input); the arguments' tensor leaves follow. While
-traced, the inputs sit where the module keeps its state, and the entry runs under the torchax
-environment and ``torch.device("jax")``; all of it is undone on the way out.
+its state_dict path (tied weights are one input); the arguments' tensor leaves follow, then the
+key random ops draw from (`tracing._random`). While traced, the inputs sit where the module
+keeps its state, and the entry runs under the torchax environment and ``torch.device("jax")``;
+all of it is undone on the way out. What the entry returns is rewritten into plain containers
+(`tracing._outputs`) before it is flattened.
 """
 
 from __future__ import annotations
@@ -174,8 +176,8 @@ def _tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Ten
 
 
 def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
-    """torch's pytree flatten, after registering the dataclasses holding tensors found among the
-    leaves (model outputs such as ``Output(logits, hidden)``), so their tensors are leaves too."""
+    """torch's pytree flatten of an argument, after registering the dataclasses holding tensors
+    found among the leaves (``Batch(tokens, mask)``), so their tensors are leaves too."""
     tried: set[type] = set()
     while True:
         leaves, spec = torch_pytree.tree_flatten_with_path(value)
