@@ -21,7 +21,7 @@ from annotate.output import emit
 from render.ir import Program
 from render.lower import lower
 from render.module import render_program
-from tracing import example_key, is_key, random_outputs
+from tracing import example_key, is_key, plain_output, random_outputs
 from tracing.trace import Trace
 
 EXIT_OK, EXIT_MISMATCH = 0, 1
@@ -106,7 +106,7 @@ def entry_inputs(module: types.ModuleType, program: Program, fn: Any, args: tupl
         arguments = {"args": args, "kwargs": kwargs}
     keys = {item.name for item in program.trace.inputs if is_key(item.var.aval)} - set(arguments)
     for name in _argument_roots(program.trace):
-        values.append(example_key() if name in keys else to_jax(arguments[name]))
+        values.append(example_key() if name in keys else to_jax(plain_output(arguments[name])))
     return values
 
 

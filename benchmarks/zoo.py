@@ -157,7 +157,7 @@ def _save_run(source: Path, export: Path, folder: Path) -> None:
     import torch
 
     from annotate.export import load_module, run_jitted, to_jax
-    from tracing import example_key, is_key
+    from tracing import example_key, is_key, plain_output
 
     spec = importlib.util.spec_from_file_location(f"zoo_{source.stem}", source)
     assert spec is not None and spec.loader is not None
@@ -176,7 +176,7 @@ def _save_run(source: Path, export: Path, folder: Path) -> None:
         loaded = module.load_params(fn)
         inputs.append(loaded[1] if names[0] == "state" and isinstance(loaded, tuple) else loaded)
     for name in names[len(inputs):]:
-        inputs.append(to_jax(arguments[name]) if name in arguments else example_key())
+        inputs.append(to_jax(plain_output(arguments[name])) if name in arguments else example_key())
     result = run_jitted(getattr(module, entry), inputs)
 
     def numpy(leaf: Any) -> Any:

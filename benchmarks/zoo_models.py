@@ -71,6 +71,14 @@ MODELS: list[Model] = [
         "    model = LlamaForCausalLM(config).eval()\n"
         f"    return model, ({_IDS},), dict(return_dict=False, use_cache=False)  # returns (logits,)\n"
     )),
+    Model("llama_step", "transformers", "decoder-only, cache in", (
+        "    from transformers import LlamaConfig, LlamaForCausalLM\n"
+        f"    config = LlamaConfig({_TINY_LM}, {_HEADS})\n"
+        "    model = LlamaForCausalLM(config).eval()\n"
+        "    with torch.no_grad():\n"
+        f"        cache = model({_IDS}).past_key_values  # the prompt's DynamicCache\n"
+        "    return model, (torch.randint(0, 64, (1, 1)),), dict(past_key_values=cache)  # one decode step\n"
+    )),
     Model("gpt2", "transformers", "decoder-only", (
         "    from transformers import GPT2Config, GPT2LMHeadModel\n"
         "    config = GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)\n"

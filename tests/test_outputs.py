@@ -130,6 +130,42 @@ def test_constant_leaves_are_returned_and_compared_as_they_are():
     ]
 
 
+class GrowingCache:
+    def __init__(self, keys):
+        self.layers = [{"keys": k} for k in keys]
+        self.steps = 0
+
+
+class Decoder(nn.Module):
+    """A decode step: the cache comes in as an object, grows in place, and is returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, cache):
+        for layer in cache.layers:
+            layer["keys"] = torch.cat([layer["keys"], self.proj(x)], dim=0)
+        cache.steps += 1
+        return x + cache.layers[-1]["keys"].sum(0), cache
+
+
+def test_a_cache_passed_in_is_a_dict_argument_like_the_one_returned():
+    model = Decoder()
+    cache = GrowingCache([torch.randn(3, 4), torch.randn(3, 4)])
+    program, module = exported(model, torch.randn(1, 4), cache)
+    assert program.entry.params == ["params", "x", "cache"]
+    assert len(cache.layers[0]["keys"]) == 3 and cache.steps == 0  # tracing left the user's cache alone
+    out, new_cache = run_export(model, torch.randn(1, 4), cache)
+    assert new_cache["layers"][1]["keys"].shape == (4, 4)
+    # The returned cache is the next call's argument.
+    again, newer = jax.jit(module.forward)(module.load_params(model), np.ones((1, 4), np.float32), new_cache)
+    assert newer["layers"][0]["keys"].shape == (5, 4)
+    comparisons = check(module, program, model, (torch.randn(1, 4), cache), {})
+    assert [c.what for c in comparisons] == ["[0]", "[1]['layers'][0]['keys']", "[1]['layers'][1]['keys']"]
+    assert all(c.ok for c in comparisons)
+
+
 class Views(nn.Module):
     def forward(self, logits, x):
         return logits[:, -1], x.flip(-1)[::2]

@@ -16,6 +16,7 @@ torch structure and names:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -58,6 +59,46 @@ def _plain(value: Any, leaf: Callable[[Any], Any] | None, depth: int) -> Any:
             name: _plain(item, leaf, deeper) for name, item in vars(value).items() if holds_tensor(item)
         }
     return value
+
+
+def held_tensors(value: Any) -> list[tuple[tuple[Any, ...], torch.Tensor]]:
+    """The tensors an object (a cache passed in) keeps, each with its path in `plain_output`'s
+    layout: ``(("layers", 0, "keys"), k)`` for a `DynamicCache`."""
+    found: list[tuple[tuple[Any, ...], torch.Tensor]] = []
+
+    def walk(item: Any, path: tuple[Any, ...], depth: int) -> None:
+        if isinstance(item, torch.Tensor):
+            found.append((path, item))
+        elif depth <= _DEPTH and holds_tensor(item):
+            if isinstance(item, list):
+                children: Iterable[tuple[Any, Any]] = enumerate(item)
+            elif isinstance(item, dict):
+                children = item.items()
+            elif isinstance(item, tuple):
+                return  # not replaceable in place: left out
+            else:
+                children = vars(item).items()
+            for key, child in children:
+                walk(child, (*path, key), depth + 1)
+
+    walk(value, (), 0)
+    return found
+
+
+def with_tensors(value: Any, tensors: list[Any]) -> Any:
+    """A copy of `value` with the tensors `held_tensors` found replaced by `tensors`, in order;
+    `value` itself is left as it was (the code may update the copy in place)."""
+    paths = [path for path, _ in held_tensors(value)]
+    copied = copy.deepcopy(value)
+    for path, tensor in zip(paths, tensors):
+        owner = copied
+        for key in path[:-1]:
+            owner = owner[key] if isinstance(owner, (list, dict)) else vars(owner)[key]
+        if isinstance(owner, (list, dict)):
+            owner[path[-1]] = tensor
+        else:
+            vars(owner)[path[-1]] = tensor
+    return copied
 
 
 def _is_array(value: Any) -> bool:

@@ -24,7 +24,7 @@ import torch.utils._pytree as torch_pytree
 from tracing import _internals
 from tracing._files import module_of, user_files
 from tracing._frames import Recorder
-from tracing._outputs import holds_tensor, plain_output
+from tracing._outputs import held_tensors, holds_tensor, plain_output, with_tensors
 from tracing._progress import Reporter
 from tracing._random import key_input, key_name
 from tracing._session import Entry, Returned, bind, entry_code
@@ -89,6 +89,10 @@ class TorchSession:
             for path, leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
                     self.slots.append(_InputSlot("arg", name + torch_pytree.keystr(path), leaf))
+                elif holds_tensor(leaf):  # a cache passed in: its tensors, as `plain_output` lays them out
+                    for inner, tensor in held_tensors(leaf):
+                        where = name + torch_pytree.keystr(path) + "".join(f"[{key!r}]" for key in inner)
+                        self.slots.append(_InputSlot("arg", where, tensor))
 
     def inputs(self) -> list[Any]:
         """The state and argument tensors, then the key random ops draw from (`tracing._random`)."""
@@ -142,7 +146,12 @@ class TorchSession:
         arg_tensors = iter(t for slot, t in zip(self.slots, tensors) if slot.kind == "arg")
         arguments = {}
         for name, (leaves, spec) in self.arg_leaves.items():
-            leaves = [next(arg_tensors) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+            leaves = [
+                next(arg_tensors) if isinstance(leaf, torch.Tensor)
+                else with_tensors(leaf, [next(arg_tensors) for _ in held_tensors(leaf)]) if holds_tensor(leaf)
+                else leaf
+                for leaf in leaves
+            ]
             arguments[name] = torch_pytree.tree_unflatten(leaves, spec)
         bound = inspect.BoundArguments(self.bound.signature, arguments)
         return bound.args, bound.kwargs
