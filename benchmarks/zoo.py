@@ -228,7 +228,7 @@ def _all_arrays(tree: Any) -> bool:
 
 # -- the table -----------------------------------------------------------------------------------
 
-_COLUMNS = [("model", 14), ("library", 14), ("family", 22), ("comments", 9), ("check", 22), ("lines", 6),
+_COLUMNS = [("model", 14), ("library", 14), ("family", 24), ("comments", 9), ("check", 22), ("lines", 6),
             ("defs", 5), ("seconds", 8), ("peak MB", 8), ("no torch", 9)]
 
 
