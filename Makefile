@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Other interpreters the frame recorder is tested on (plain Python, no torch), when present.
 EXTRA_PYTHONS := $(foreach v,3.12 3.13,$(firstword $(wildcard $(HOME)/.pyenv/versions/$(v).*/bin/python)))
 
-.PHONY: setup demo test test-frames browser lint bench clean
+.PHONY: setup demo test test-frames browser lint bench zoo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,16 @@ lint: setup
 
 bench: setup
 	$(PY) -m benchmarks
+
+# Third-party models (transformers, timm, x-transformers) through annotate: one table, under 30 minutes.
+# timm and x-transformers declare torch (and timm torchvision) as dependencies: installed without them.
+$(VENV)/.zoo: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[zoo]'
+	$(PY) -m pip install --quiet --no-deps 'timm>=1.0,<2' 'x-transformers>=2.3,<3' 'torch-einops-utils>=0.2'
+	touch $@
+
+zoo: $(VENV)/.zoo
+	$(PY) -m benchmarks.zoo
 
 clean:
 	rm -rf $(VENV) .venv-frames-* build *.egg-info

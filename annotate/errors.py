@@ -191,6 +191,15 @@ def syntax_error(error: SyntaxError) -> Failure:
 # -- tracing could not go on --------------------------------------------------------------------
 
 
+# Ops that libraries pick by default where another implementation of theirs traces.
+_KNOWN_WAYS_AROUND = {
+    "aten::_grouped_mm": (
+        "transformers' mixture-of-experts layers use it by default; pick the batched experts, which "
+        "torchax runs: model.set_experts_implementation('batched_mm') (e.g. in --setup)"
+    ),
+}
+
+
 def _capture_error(error: Any, context: Context) -> Failure:
     from tracing import (
         InputsError,
@@ -208,9 +217,10 @@ def _capture_error(error: Any, context: Context) -> Failure:
     if isinstance(error, UnsupportedOpError):
         op = error.op or "an operator"
         override = f"torchax.default_env().override_op_definition(torch.ops.{_op_path(op)}, fn)"
+        known = _KNOWN_WAYS_AROUND.get(op)
         return Failure(
             f"{expression} calls {op}, which torchax cannot lower to JAX",
-            f"express it with other torch ops, or define it in torch ops for torchax ({override}, "
+            known or f"express it with other torch ops, or define it in torch ops for torchax ({override}, "
             "e.g. in --setup)",
             code=EXIT_USER_CODE, **where,
         )

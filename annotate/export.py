@@ -8,54 +8,25 @@ import re
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
+from annotate.compare import Comparison, compare
+from annotate.errors import UserCodeRaised
 from annotate.output import emit
 from annotate.sizes import other_shape
 from render.ir import Program
 from render.lower import lower
 from render.lower.dims import Resize
 from render.module import render_program
+from tracing import example_key, is_key, plain_output, random_outputs
 from tracing.trace import Trace
 
 EXIT_OK, EXIT_MISMATCH = 0, 1
-
-# (rtol, atol) by the dtype compared: round-off of one reordered reduction, not more.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-5, 1e-6),  # computed in float32 unless JAX runs with x64
-    "float32": (1e-5, 1e-6),
-    "float16": (1e-3, 1e-3),
-    "bfloat16": (1e-2, 1e-2),
-}
-
-
-@dataclass
-class Comparison:
-    """One output (or new state buffer) of the export against torch."""
-
-    what: str
-    shape: str
-    max_abs: float
-    rel: float
-    """`max_abs / max |torch|`: the error relative to the output's scale."""
-    rtol: float
-    atol: float
-    scale: float
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.max_abs <= self.atol + self.rtol * self.scale)
-
-    def line(self) -> str:
-        verdict = "ok" if self.ok else "MISMATCH"
-        return f"  {self.what:<44} {self.shape:<20} max abs {self.max_abs:.2e}  rel {self.rel:.2e}  {verdict}"
 
 
 def run(
@@ -90,10 +61,18 @@ def run(
             print(comparison.line(), file=sys.stderr)
         comparisons += more
     bad = [c for c in comparisons if not c.ok]
-    if bad:
+    random = [c for c in comparisons if c.random]
+    if random:
         print(
-            f"annotate: --check: {len(bad)} of {len(comparisons)} beyond tolerance "
-            f"(rtol {bad[0].rtol:g}, atol {bad[0].atol:g}; set --rtol/--atol)",
+            f"annotate: --check: {len(random)} random (drawn from the export's `key` argument, torch's "
+            "from its own generator): compared by shape and dtype only",
+            file=sys.stderr,
+        )
+    if bad:
+        tolerance = next((c for c in bad if not c.problem), None)
+        hint = f" (rtol {tolerance.rtol:g}, atol {tolerance.atol:g}; set --rtol/--atol)" if tolerance else ""
+        print(
+            f"annotate: --check: {len(bad)} of {len(comparisons)} differ{hint}",
             file=sys.stderr,
         )
         return EXIT_MISMATCH
@@ -123,7 +102,8 @@ def to_jax(value: Any) -> Any:
 
 
 def entry_inputs(module: types.ModuleType, program: Program, fn: Any, args: tuple, kwargs: dict) -> list[Any]:
-    """The exported entry's arguments: params and state from the model, then the traced tensors."""
+    """The exported entry's arguments: params and state from the model, then the traced tensors,
+    then `example_key()` when the export draws random numbers."""
     values: list[Any] = []
     if program.takes_params or program.takes_state:
         loaded = module.load_params(fn)
@@ -138,8 +118,9 @@ def entry_inputs(module: types.ModuleType, program: Program, fn: Any, args: tupl
         arguments = inspect.signature(target).bind(*args, **kwargs).arguments
     except (TypeError, ValueError):
         arguments = {"args": args, "kwargs": kwargs}
+    keys = {item.name for item in program.trace.inputs if is_key(item.var.aval)} - set(arguments)
     for name in _argument_roots(program.trace):
-        values.append(to_jax(arguments[name]))
+        values.append(example_key() if name in keys else to_jax(plain_output(arguments[name])))
     return values
 
 
@@ -164,24 +145,43 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
 ) -> list[Comparison]:
-    """Run the export under `jax.jit` and torch eager on the same inputs; compare every output."""
+    """Run the export under `jax.jit` and torch eager on the same inputs; compare every leaf of the
+    result (outputs drawn from the export's `key` by shape and dtype only) and every new state buffer."""
     inputs = entry_inputs(module, program, fn, args, kwargs)  # before torch runs: it may write buffers
-    exported = getattr(module, program.entry.name)
-    result = jax.jit(exported)(*inputs)
+    result = run_jitted(getattr(module, program.entry.name), inputs)
     outputs, new_state = result if program.takes_state else (result, None)
-    with torch.no_grad():
-        expected = fn(*args, **kwargs)
-    comparisons = []
-    for path, _var in program.trace.outputs:
-        got = _at(outputs, path)
-        want = _at(expected, path)
-        comparisons.append(_compare(path or "output", got, want, rtol, atol))
+    try:
+        with torch.no_grad():
+            expected = fn(*args, **kwargs)
+    except Exception as error:
+        raise UserCodeRaised("running it in torch eager for --check", error) from error
+    random = random_outputs(program.trace)
+    comparisons = compare(outputs, expected, rtol=rtol, atol=atol, random=random)
     if new_state is not None:
         buffers = _torch_tensors(fn)
         for path in program.state_paths:
             got = _at_dotted(new_state, path)
-            comparisons.append(_compare(f"state {path}", got, buffers[path], rtol, atol))
+            comparisons += compare(
+                got, buffers[path], rtol=rtol, atol=atol, prefix=f"state {path}",
+                random=frozenset({f"state {path}"}) if f"state {path}" in random else frozenset(),
+            )
     return comparisons
+
+
+def run_jitted(exported: Callable[..., Any], inputs: list[Any]) -> Any:
+    """`exported(*inputs)` under `jax.jit`, its constant leaves (a string, a float) returned as they are."""
+    constants: dict[int, Any] = {}
+    tree: list[Any] = []
+
+    def arrays(*inputs: Any) -> list[Any]:
+        leaves, treedef = jax.tree_util.tree_flatten(exported(*inputs))
+        tree.append(treedef)
+        constants.update({i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, jax.Array)})
+        return [leaf for i, leaf in enumerate(leaves) if i not in constants]
+
+    computed = iter(jax.jit(arrays)(*inputs))
+    leaves = [constants[i] if i in constants else next(computed) for i in range(tree[-1].num_leaves)]
+    return jax.tree_util.tree_unflatten(tree[-1], leaves)
 
 
 def compare_gradients(
@@ -223,54 +223,12 @@ def compare_gradients(
         if parameter.grad is None:
             continue
         got = _at_dotted(grads, name)
-        comparisons.append(_compare(f"grad {name}", got, parameter.grad, rtol, atol))
+        comparisons += compare(got, parameter.grad, rtol=rtol, atol=atol, prefix=f"grad {name}")
     model.zero_grad(set_to_none=True)
     return comparisons
 
 
-# -- comparing -----------------------------------------------------------------------------------------
-
-
-def _compare(what: str, got: Any, want: Any, rtol: float | None, atol: float | None) -> Comparison:
-    want_np = _numpy(want)
-    got_np = np.asarray(got, dtype=np.float64) if want_np.dtype.kind in "fc" else np.asarray(got)
-    dtype = str(want.dtype).removeprefix("torch.") if isinstance(want, torch.Tensor) else str(want_np.dtype)
-    default_rtol, default_atol = TOLERANCES.get(dtype, (0.0, 0.0))
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
-    shape = f"{dtype}{list(want_np.shape)}".replace(" ", "")
-    if got_np.shape != want_np.shape:
-        return Comparison(
-            what, f"{shape} != {list(got_np.shape)}", float("inf"), float("inf"), rtol, atol, 0.0
-        )
-    diff = np.abs(got_np.astype(np.float64) - want_np.astype(np.float64)) if want_np.size else np.zeros(0)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    if diff.size and np.isnan(diff).any():
-        same_nan = np.isnan(got_np.astype(np.float64)) == np.isnan(want_np.astype(np.float64))
-        max_abs = (
-            float(np.nanmax(diff))
-            if same_nan.all() and not np.isnan(diff).all()
-            else (0.0 if same_nan.all() else float("inf"))
-        )
-    scale = float(np.nanmax(np.abs(want_np.astype(np.float64)))) if want_np.size else 0.0
-    rel = max_abs / scale if scale else (0.0 if max_abs == 0 else float("inf"))
-    return Comparison(what, shape, max_abs, rel, rtol, atol, scale)
-
-
-def _numpy(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        return value.float().numpy() if value.dtype == torch.bfloat16 else value.numpy()
-    return np.asarray(value)
-
-
-_PART = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]")
-
-
-def _at(tree: Any, path: str) -> Any:
-    for part in _PART.findall(path):
-        tree = tree[int(part)] if part.isdigit() else tree[part[1:-1]]
-    return tree
+# -- reading results ------------------------------------------------------------------------------
 
 
 def _at_dotted(tree: Any, path: str) -> Any:

@@ -364,10 +364,9 @@ class Docs:
     def value(self, node: ast.expr, bare_tuple: bool = False) -> Doc:
         """A statement's expression: broken at its own brackets, else put in brackets that show
         only when it breaks; both when its first line fits either way (`x = a * f(` ...)."""
-        if isinstance(node, ast.Tuple) and node.elts and bare_tuple:  # `return a, b`: brackets when broken
+        if isinstance(node, ast.Tuple) and len(node.elts) > 1 and bare_tuple:  # `return a, b`: brackets when broken
             items = [group(self.sub(e, TEST, True)) for e in node.elts]
-            trailing = "," if len(items) == 1 else if_break(",")
-            broken = group(if_break("("), indent(SOFT, *join([",", LINE], items), trailing), SOFT,
+            broken = group(if_break("("), indent(SOFT, *join([",", LINE], items), if_break(",")), SOFT,
                             if_break(")"))
             if _omittable(node):
                 flat = join([", "], [self.sub(e, TEST, False) for e in node.elts])
@@ -382,8 +381,9 @@ class Docs:
 
 
 def flat_tuple(node: ast.Tuple) -> str:
-    """A tuple target without brackets (`for a, b in`), never broken."""
-    return ", ".join(double_quotes(ast.unparse(e)) for e in node.elts)
+    """A tuple target without brackets (`for a, b in`), never broken; a one-tuple keeps them (`(a,)`)."""
+    text = ", ".join(double_quotes(ast.unparse(e)) for e in node.elts)
+    return f"({text},)" if len(node.elts) == 1 else text
 
 
 def _breakable(node: ast.expr) -> bool:

@@ -133,7 +133,7 @@ def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
     if isinstance(node, ast.Assign):
         parts: list[Doc] = []
         for target in node.targets:
-            if isinstance(target, ast.Tuple) and target.elts:
+            if isinstance(target, ast.Tuple) and len(target.elts) > 1:
                 items = [group(docs.sub(e, TEST, True)) for e in target.elts]
                 trailing = "," if len(items) == 1 else if_break(",")
                 parts.append(group(if_break("("), indented(SOFT, *join([",", LINE], items), trailing),

@@ -114,7 +114,7 @@ def test_outputs_of_any_pytree_shape_and_static_python_flags(tmp_path, capsys, r
     assert main([str(file)]) == 0
     assert main([str(file), "--kwargs", "dict(use_cache=False)"]) == 0
     as_dataclass, as_dict = renderers.traces
-    assert [path for path, _ in as_dataclass.outputs] == [".logits", ".hidden[0]", ".hidden[1]"]
+    assert [path for path, _ in as_dataclass.outputs] == ["['logits']", "['hidden'][0]", "['hidden'][1]"]
     assert [path for path, _ in as_dict.outputs] == ["['logits']", "['extra'][0]"]
     assert list(as_dict.static_outputs.values()) == [3]
     # The flag stayed a Python constant: no jaxpr input for it.

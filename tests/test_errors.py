@@ -366,7 +366,7 @@ def test_an_op_torchax_cannot_lower(run):
     )
 
 
-def test_output_torch_cannot_flatten(run):
+def test_output_objects_holding_tensors_are_dicts_unless_nested_too_deep(run):
     source = MODEL + textwrap.dedent('''
         class Holder:
             def __init__(self, value):
@@ -374,11 +374,20 @@ def test_output_torch_cannot_flatten(run):
 
         def wrapped(x):
             return Holder(x * 2)
+
+        def nested(x):
+            value = x * 2
+            for _ in range(40):
+                value = Holder(value)
+            return value
     ''')
     result = run(source, "--entry", "wrapped", "--inputs", "torch.ones(3)")
+    assert result.code == 0, result.err
+    assert '# return {"value": x * 2.0}' in result.out
+    result = run(source, "--entry", "nested", "--inputs", "torch.ones(3)")
     assert result.code == 3
-    assert result.at(line_of(source, "def wrapped")).startswith(
-        "wrapped returned a Holder holding traced tensors, which torch's pytree cannot flatten"
+    assert result.at(line_of(source, "def nested")).startswith(
+        "nested returned a Holder holding traced tensors, which torch's pytree cannot flatten"
     )
 
 

@@ -96,20 +96,39 @@ def test_torchax_errors_for_a_missing_lowering_and_a_plain_tensor():
     assert not _internals.is_missing_lowering(mixed.value) and not _internals.is_mixed_device(missing.value)
 
 
-def test_random_ops_under_own_random_key_leave_the_environment_key_alone():
+def test_random_ops_under_own_random_key_draw_from_it_and_leave_the_environment_key_alone():
     env = _internals.torchax.default_env()
     key = env.param.prng
 
-    def fn(x):
-        with env, _internals.own_random_key(env), torch.device("jax"):
+    def fn(x, traced_key):
+        with env, _internals.own_random_key(env, traced_key), torch.device("jax"):
             noise = torch.rand(3)
         return _internals.jax_value(noise) + x
 
-    closed = jax.make_jaxpr(fn)(jnp.ones(3))
+    closed = jax.make_jaxpr(fn)(jnp.ones(3), jax.random.key(1))
+    key_input = closed.jaxpr.invars[1]
+    assert any(key_input in eqn.invars for eqn in closed.jaxpr.eqns)  # drawn from the traced key
     assert "random_bits" in {e.primitive.name for e in closed.jaxpr.eqns} | {
         e.primitive.name for eqn in closed.jaxpr.eqns for sub in _internals.sub_jaxprs(eqn) for e in sub.eqns
     }
     assert env.param.prng is key  # not a tracer of the finished trace
+
+
+def test_view_tensor_is_the_tensor_a_lazy_view_stands_for():
+    env = _internals.torchax.default_env()
+    shapes = {}
+
+    def fn(x):
+        tensor = _internals.wrap(x, env)
+        with env:
+            view = tensor[:, -1]
+        assert _internals.view_tensor(tensor, env) is None  # not a view
+        materialized = _internals.view_tensor(view, env)
+        shapes["view"] = tuple(_internals.jax_value(materialized).shape)
+        return _internals.jax_value(materialized)
+
+    jax.make_jaxpr(fn)(jnp.ones((2, 5)))
+    assert shapes["view"] == (2,)
 
 
 def test_view_values_notes_the_var_a_lazy_view_becomes():

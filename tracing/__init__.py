@@ -26,7 +26,12 @@ _EXPORTS = {
     "OutputError": "tracing.errors",
     "UnsupportedOpError": "tracing.errors",
     "ValueDependentError": "tracing.errors",
+    "example_key": "tracing._random",
+    "is_key": "tracing._random",
     "is_library_file": "tracing._files",
+    "to_jax_dtype": "tracing._internals",
+    "plain_output": "tracing._outputs",
+    "random_outputs": "tracing._random",
     "user_code": "tracing._files",
     "Call": "tracing.trace",
     "Input": "tracing.trace",
@@ -42,9 +47,14 @@ if TYPE_CHECKING:
     from tracing._capture import capture as capture
     from tracing._files import is_library_file as is_library_file
     from tracing._files import user_code as user_code
+    from tracing._internals import to_jax_dtype as to_jax_dtype
+    from tracing._outputs import plain_output as plain_output
     from tracing._progress import PROGRESS_AFTER as PROGRESS_AFTER
     from tracing._progress import PROGRESS_EVERY as PROGRESS_EVERY
     from tracing._progress import Progress as Progress
+    from tracing._random import example_key as example_key
+    from tracing._random import is_key as is_key
+    from tracing._random import random_outputs as random_outputs
     from tracing.errors import CaptureError as CaptureError
     from tracing.errors import InputsError as InputsError
     from tracing.errors import MixedDeviceError as MixedDeviceError

@@ -20,6 +20,7 @@ from tracing._frames import DEFAULT_BACKEND, Recorder
 from tracing._jaxfn import JaxSession, is_jax_entry
 from tracing._probe import Probe
 from tracing._progress import Progress, Reporter
+from tracing._random import drop_unused_key
 from tracing._session import Returned, Session
 from tracing._torch import TorchSession
 from tracing.errors import make_jaxpr_classified
@@ -77,4 +78,5 @@ def record(session: Session, options: Capture) -> Trace:
     closed = make_jaxpr_classified(traced, session.inputs(), session.entry.is_user_file)
     reporter.tick("recording")
     returned, emitted = runs[-1]
-    return assemble(session.entry, closed, recorder.roots, emitted, returned)
+    closed, entry = drop_unused_key(closed, session.entry)
+    return assemble(entry, closed, recorder.roots, emitted, returned)

@@ -132,6 +132,11 @@ def wrap(value: object, env: object) -> TorchaxTensor:
     return TorchaxTensor(value, env)
 
 
+def view_tensor(value: object, env: object) -> TorchaxTensor | None:
+    """A torchax lazy view (``logits[:, -1]``) as the tensor it stands for; None for anything else."""
+    return wrap(value.jax(), env) if isinstance(value, TorchaxView) else None
+
+
 def is_missing_lowering(error: BaseException) -> bool:
     """Whether torchax failed because it has no JAX lowering for an op."""
     return isinstance(error, torchax.tensor.OperatorNotFound)
@@ -148,9 +153,10 @@ def is_mixed_device(error: BaseException) -> bool:
     return isinstance(error, AssertionError) and "mixed math" in str(error)
 
 
-def own_random_key(env: Any) -> contextlib.AbstractContextManager[Any]:
-    """While active, random ops split a copy of the environment's key, so no tracer outlives the trace."""
-    return env.override_property(prng=env.param.prng)
+def own_random_key(env: Any, key: Any) -> contextlib.AbstractContextManager[Any]:
+    """While active, random ops split `key` (a traced input), and the environment's own key is
+    left as it was, so no tracer outlives the trace."""
+    return env.override_property(prng=key)
 
 
 def raw_frames(eqn: jax_core.JaxprEqn) -> tuple[Sequence[Any], Sequence[int]]:

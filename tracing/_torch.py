@@ -1,9 +1,11 @@
 """The torch session: an `nn.Module` or torch function run under torchax on traced inputs.
 
 For a module, every parameter, buffer and plain tensor attribute becomes a jaxpr input named by
-its state_dict path (tied weights are one input); the arguments' tensor leaves follow. While
-traced, the inputs sit where the module keeps its state, and the entry runs under the torchax
-environment and ``torch.device("jax")``; all of it is undone on the way out.
+its state_dict path (tied weights are one input); the arguments' tensor leaves follow, then the
+key random ops draw from (`tracing._random`). While traced, the inputs sit where the module
+keeps its state, and the entry runs under the torchax environment and ``torch.device("jax")``;
+all of it is undone on the way out. What the entry returns is rewritten into plain containers
+(`tracing._outputs`) before it is flattened.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import torch.utils._pytree as torch_pytree
 from tracing import _internals
 from tracing._files import module_of, user_files
 from tracing._frames import Recorder
+from tracing._outputs import held_tensors, holds_tensor, plain_output, with_tensors
 from tracing._progress import Reporter
+from tracing._random import key_input, key_name
 from tracing._session import Entry, Returned, bind, entry_code
 from tracing.errors import OutputError
 from tracing.trace import InputKind
@@ -56,11 +60,13 @@ class TorchSession:
         self.arg_leaves: dict[str, tuple[list[Any], Any]] = {}
         self.aliases: dict[str, list[str]] = {}
         self._collect_inputs()
+        self.key = key_name(self.bound.signature.parameters)
         code = entry_code(fn)
         self.entry = Entry(
             name=name, frontend="torch", code=code,
             file=code.co_filename if code else "", line=code.co_firstlineno if code else 0,
-            inputs=[(slot.kind, slot.name) for slot in self.slots], is_user_file=is_user_file,
+            inputs=[*((slot.kind, slot.name) for slot in self.slots), ("arg", self.key)],
+            is_user_file=is_user_file,
         )
 
     def _collect_inputs(self) -> None:
@@ -85,8 +91,13 @@ class TorchSession:
             for path, leaf in leaves:
                 if isinstance(leaf, torch.Tensor):
                     self.slots.append(_InputSlot("arg", name + torch_pytree.keystr(path), leaf))
+                elif holds_tensor(leaf):  # a cache passed in: its tensors, as `plain_output` lays them out
+                    for inner, tensor in held_tensors(leaf):
+                        where = name + torch_pytree.keystr(path) + "".join(f"[{key!r}]" for key in inner)
+                        self.slots.append(_InputSlot("arg", where, tensor))
 
     def inputs(self) -> list[Any]:
+        """The state and argument tensors, then the key random ops draw from (`tracing._random`)."""
         values = []
         for slot in self.slots:
             tensor = slot.tensor
@@ -96,27 +107,29 @@ class TorchSession:
                 values.append(jax.ShapeDtypeStruct(tuple(shape), dtype))
             else:
                 values.append(_internals.to_jax_array(tensor))
-        return values
+        return [*values, key_input()]
 
     def run(self, flat: tuple[Any, ...], recorder: Recorder, reporter: Reporter) -> Returned:
         env = _internals.torchax.default_env()
+        *flat, key = flat
         tensors = [_internals.wrap(value, env) for value in flat]
         args, kwargs = self._rebuild_arguments(tensors)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._swapped_state(tensors))
             stack.enter_context(env)
-            stack.enter_context(_internals.own_random_key(env))
+            stack.enter_context(_internals.own_random_key(env, key))
             stack.enter_context(torch.device("jax"))
             stack.enter_context(reporter.watching(self.module_paths))
             views = stack.enter_context(_internals.view_values())
             stack.enter_context(recorder)
             out = self.fn(*args, **kwargs)
-        leaves, spec = _flatten_with_path(out)
+        out = plain_output(out, lambda value: _internals.view_tensor(value, env))
+        leaves, spec = torch_pytree.tree_flatten_with_path(out)
         outputs, static = [], {}
         for i, (path, leaf) in enumerate(leaves):
             if _internals.var_of(leaf) is not None or isinstance(leaf, _internals.TorchaxTensor):
                 outputs.append((torch_pytree.keystr(path), _internals.jax_value(leaf)))
-            elif _holds_tensor(leaf):
+            elif holds_tensor(leaf):
                 raise OutputError(
                     f"{self.entry.name} returned a {type(leaf).__qualname__} holding traced tensors, "
                     "which torch's pytree cannot flatten",
@@ -136,7 +149,12 @@ class TorchSession:
         arg_tensors = iter(t for slot, t in zip(self.slots, tensors) if slot.kind == "arg")
         arguments = {}
         for name, (leaves, spec) in self.arg_leaves.items():
-            leaves = [next(arg_tensors) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+            leaves = [
+                next(arg_tensors) if isinstance(leaf, torch.Tensor)
+                else with_tensors(leaf, [next(arg_tensors) for _ in held_tensors(leaf)]) if holds_tensor(leaf)
+                else leaf
+                for leaf in leaves
+            ]
             arguments[name] = torch_pytree.tree_unflatten(leaves, spec)
         bound = inspect.BoundArguments(self.bound.signature, arguments)
         return bound.args, bound.kwargs
@@ -170,15 +188,15 @@ def _tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Ten
 
 
 def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
-    """torch's pytree flatten, after registering the dataclasses holding tensors found among the
-    leaves (model outputs such as ``Output(logits, hidden)``), so their tensors are leaves too."""
+    """torch's pytree flatten of an argument, after registering the dataclasses holding tensors
+    found among the leaves (``Batch(tokens, mask)``), so their tensors are leaves too."""
     tried: set[type] = set()
     while True:
         leaves, spec = torch_pytree.tree_flatten_with_path(value)
         fresh = {
             type(leaf) for _, leaf in leaves
             if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type) and type(leaf) not in tried
-            and _holds_tensor(leaf)
+            and holds_tensor(leaf)
         }
         if not fresh:
             return leaves, spec
@@ -186,18 +204,3 @@ def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:
             tried.add(cls)
             with contextlib.suppress(ValueError):  # registered meanwhile, or not registrable
                 torch_pytree.register_dataclass(cls)
-
-
-def _holds_tensor(value: Any, depth: int = 0) -> bool:
-    """Whether a tensor hides in an object's attributes (a few levels down)."""
-    if isinstance(value, torch.Tensor):
-        return True
-    if depth > 3 or isinstance(value, (str, bytes, int, float, bool, type, torch.nn.Module)) or value is None:
-        return False
-    if isinstance(value, dict):
-        items: Iterable[Any] = value.values()
-    elif isinstance(value, (list, tuple, set)):
-        items = value
-    else:
-        items = getattr(value, "__dict__", {}).values()
-    return any(_holds_tensor(item, depth + 1) for item in items)

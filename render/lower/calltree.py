@@ -252,13 +252,16 @@ class CallTree:
             self.dataflow(root)
 
     def hoistable(self, node: Node) -> list[int]:
-        """`node`'s own equations that depend only on captured values (and each other)."""
+        """`node`'s own equations that depend only on captured values (and each other), short of
+        what it returns: a call whose whole body reads captured values (`rotate_half` of a lazy
+        slice `q[..., :d]`) keeps its result, so its def still computes something."""
         made: set[Any] = set()
         inputs = set(node.inputs)
+        returned = {v for _, v in self.returned(node)}
         result = []
         for i in node.own:
             eqn = self.ctx.eqns[i]
-            if eqn.effects:
+            if eqn.effects or any(v in returned for v in eqn.outvars):
                 continue
             if all(
                 isinstance(v, Literal) or v in made or (v in inputs and self.classify(node, v) == ("extra",))

@@ -111,8 +111,9 @@ def _tree_expr(tree: Any) -> ast.expr:
     if not isinstance(tree, dict):
         return tree
     keys = list(tree)
-    if all(isinstance(k, int) for k in keys):
-        return ast.Tuple([_tree_expr(tree[k]) for k in sorted(keys)], ast.Load())
+    if all(isinstance(k, int) for k in keys):  # positions kept: a result not computed here is None
+        items = [_tree_expr(tree[k]) if k in tree else ast.Constant(None) for k in range(max(keys) + 1)]
+        return ast.Tuple(items, ast.Load())
     return ast.Dict([ast.Constant(k) for k in keys], [_tree_expr(tree[k]) for k in keys])
 
 
