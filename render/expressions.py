@@ -364,7 +364,7 @@ class Docs:
     def value(self, node: ast.expr, bare_tuple: bool = False) -> Doc:
         """A statement's expression: broken at its own brackets, else put in brackets that show
         only when it breaks; both when its first line fits either way (`x = a * f(` ...)."""
-        if isinstance(node, ast.Tuple) and len(node.elts) > 1 and bare_tuple:  # `return a, b`: brackets when broken
+        if isinstance(node, ast.Tuple) and len(node.elts) > 1 and bare_tuple:  # `return a, b`
             items = [group(self.sub(e, TEST, True)) for e in node.elts]
             broken = group(if_break("("), indent(SOFT, *join([",", LINE], items), if_break(",")), SOFT,
                             if_break(")"))
