@@ -8,7 +8,6 @@ import resource
 import subprocess
 import sys
 import textwrap
-import time
 import types
 from pathlib import Path
 
@@ -236,10 +235,8 @@ def test_abstract_70b_llama_annotates_without_allocating_a_weight(capsys, monkey
     monkeypatch.setattr(annotate.loading, "find_entry", recording_find_entry)
     monkeypatch.setattr(render.comments, "annotate_file", recording_annotate_file)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.monotonic()
     code = main([str(SAMPLES / "llama_model.py"), "--abstract", "--entry", 'build("70B")',
                  "--inputs", "(torch.zeros(1, 8, dtype=torch.long), torch.arange(8))"])
-    seconds = time.monotonic() - started
     out, err = capsys.readouterr()
     assert code == 0, err
     (entry,), (trace,) = entries, traces
@@ -251,7 +248,6 @@ def test_abstract_70b_llama_annotates_without_allocating_a_weight(capsys, monkey
     assert len(trace.inputs) == len(tensors)
     assert sum(getattr(c, "nbytes", 0) for c in trace.jaxpr.consts) < 1e6
     assert "×80" in out  # the 80 layers, annotated once with their count
-    assert seconds < 60
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert grown_kb < 2e6, f"peak memory grew by {grown_kb / 1e6:.1f} GB"
 
