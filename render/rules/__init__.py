@@ -32,17 +32,18 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from render.rules import control, elementwise, known_calls, linalg, random, reductions, shapes
-from render.rules._core import Rule, atom_expr, call, dotted, exact
+from render.rules import control, elementwise, idioms, known_calls, linalg, random, reductions, shapes
+from render.rules._core import REWRITES, Rule, atom_expr, call, dotted, exact
 from render.rules.emitter import Emitter, Flat, Shape, Signature, Structured, indices, pack, shape_expr
+from render.rules.idioms import fuse
 from render.rules.known_calls import function_source
 
 __all__ = [
-    "RULES", "Emitter", "Flat", "Rule", "Shape", "Signature", "Structured", "atom_expr", "call", "dotted",
-    "function_source", "indices", "pack", "render_eqn", "shape_expr",
+    "REWRITES", "RULES", "Emitter", "Flat", "Rule", "Shape", "Signature", "Structured", "atom_expr", "call",
+    "dotted", "function_source", "fuse", "indices", "pack", "render_eqn", "shape_expr",
 ]
 
-FAMILIES = (elementwise, shapes, reductions, linalg, random, known_calls, control)
+FAMILIES = (elementwise, shapes, reductions, linalg, random, known_calls, control, idioms)
 
 
 def _union() -> dict[str, Rule]:

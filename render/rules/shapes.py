@@ -250,6 +250,8 @@ def _iota(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if p.get("sharding") is not None:
         return exact(eqn, args, emitter)
     shape = tuple(p["shape"])
-    if len(shape) == 1:
+    if len(shape) == 1:  # `jnp.arange` binds this very iota for an integer or float dtype
+        if np.dtype(p["dtype"]).kind in "iuf":
+            return call("jnp.arange", [_number(shape[0])], [ast.keyword("dtype", dtype_expr(p["dtype"]))])
         return call("lax.iota", [dtype_expr(p["dtype"]), _number(shape[0])])
     return call("lax.broadcasted_iota", [dtype_expr(p["dtype"]), literal(shape), _number(p["dimension"])])
