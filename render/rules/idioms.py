@@ -155,8 +155,13 @@ def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
     if source is None or source.primitive.name != "slice" or len(dims) != 1:
         return []
     x = source.invars[0]
-    starts = source.params["start_indices"]
-    items = [":"] * x.aval.ndim
+    starts, limits = source.params["start_indices"], source.params["limit_indices"]
+    if source.params["strides"] is not None:
+        return []
+    items = [
+        ":" if (a, b) == (0, n) else f"{a or ''}:{b if b != n else ''}"
+        for a, b, n in zip(starts, limits, x.aval.shape)
+    ]
     items[dims[0]] = str(starts[dims[0]])
     while items[-1] == ":":
         items.pop()

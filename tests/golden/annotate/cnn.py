@@ -70,14 +70,9 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         features = self.global_pool(x).flatten(1)
-        # features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))
+        # features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (2, 32))
         return self.fc(features)
-        # return lax.dot_general(
-        #     features,
-        #     params["fc"]["weight"],
-        #     (((1,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # ) + params["fc"]["bias"][None]
+        # return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
 
 
 def example():

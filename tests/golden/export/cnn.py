@@ -72,13 +72,8 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))
-    return lax.dot_general(
-        features,
-        params["fc"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    ) + params["fc"]["bias"][None]
+    features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (2, 32))
+    return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
 
 
 def load_params(model):

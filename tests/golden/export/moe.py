@@ -23,22 +23,14 @@ from jax import lax
 def forward(params, x):
     """`MoE.forward`, moe.py:28."""
     tokens = jnp.reshape(x, (12, 32))
-    logits = lax.dot_general(
-        tokens,
-        params["router"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    )
+    logits = tokens @ params["router"]["weight"].T
     logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
     topk_logits = jax.jit(_sort)(logits_1)
     topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
-    softmax_topk_logits = jnp.exp(
-        topk_logits - lax.stop_gradient(
-            jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None]
-        ),
+    topk_w = jax.nn.softmax(topk_logits, axis=1)
+    scatter = lax.broadcast_in_dim(
+        jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2), (0, 1)
     )
-    topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
-    scatter = lax.broadcast_in_dim(jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1))
     weights = lax.scatter(
         jnp.zeros((12, 4), jnp.float32),
         jnp.concatenate(
@@ -67,18 +59,8 @@ def forward(params, x):
 
 def expert_forward(params, x):
     """`Expert.forward`, moe.py:17, for 4 calls: `experts.0` ... `experts.3`."""
-    w1_x = lax.dot_general(
-        x, params["w1"]["weight"], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-    )
-    w3_x = lax.dot_general(
-        x, params["w3"]["weight"], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-    )
-    return lax.dot_general(
-        jax.nn.silu(w1_x) * w3_x,
-        params["w2"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    )
+    silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)
+    return silu @ params["w2"]["weight"].T
 
 
 def _sort(x):
