@@ -183,25 +183,10 @@ class Attention(nn.Module):
         k = k.repeat_interleave(groups, dim=1)  # k_5 = jnp.repeat(k_4, 2, axis=1)  ×2
         v = v.repeat_interleave(groups, dim=1)  # v_4 = jnp.repeat(v_3, 2, axis=1)  ×2
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
-        # y = jnp.reshape(
-        #     jnp.reshape(
-        #         jax.nn.softmax(
-        #             (
-        #                 jnp.reshape(
-        #                     jnp.reshape(q_3, (4, 8, 16)) @ jnp.reshape(
-        #                         jnp.transpose(k_5, (0, 1, 3, 2)), (4, 16, 64)
-        #                     ),
-        #                     (1, 4, 8, 64),
-        #                 )
-        #                 * 0.25
-        #                 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32))
-        #             ),
-        #             axis=3,
-        #         ),
-        #         (4, 8, 64),
-        #     ) @ jnp.reshape(v_4, (4, 64, 16)),
-        #     (1, 4, 8, 16),
-        # )  ×2
+        # y = jax.nn.softmax(
+        #     q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
+        #     axis=3,
+        # ) @ v_4  ×2
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
         # y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
         return self.wo(y)

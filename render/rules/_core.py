@@ -33,6 +33,11 @@ REWRITES: dict[str, str] = {
         "jnp binds the transpose and a plain matmul, which XLA folds back into the one dot "
         "(a transpose moves no value, and the dot's products and sums are the same ones)"
     ),
+    "matmul_unflattened": (
+        "`a @ b` for 4-d (or higher) operands where torchax reshapes both to one batch axis, "
+        "multiplies and reshapes back: a reshape moves no value, and each output element is the "
+        "same dot product of the same row and column"
+    ),
     "times_one": (
         "`x` for `x * 1` (any dtype): multiplying by one returns every value unchanged, -0.0, NaN, "
         "+-inf and denormals included, and XLA removes the multiply under jit"

@@ -22,14 +22,14 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.extend.core import Literal, Primitive, Var
 
-from render.rules._core import Rule, _is_traced, registrar
+from render.rules._core import Rule, _is_traced, registrar, rewritten
 from render.rules.emitter import Emitter
 from render.rules.known_calls import same_literal, same_params
 
@@ -42,12 +42,23 @@ IDIOM.multiple_results = False
 
 Producer = Callable[[Any], "Any | None"]
 """The equation that made a value (None for an input, a literal or a value made elsewhere)."""
-Candidate = tuple[str, list[Any]]
+
+
+class Candidate(NamedTuple):
+    """An expression over `_0`, `_1`, ... standing for `operands`, to be traced and matched."""
+
+    code: str
+    operands: list[Any]
+    writes: str | None = None
+    """What to write instead of `code` when it is a rewrite (`_0 @ _1` for torchax's flattened matmul)."""
+    rewrite: str | None = None
+    """The `REWRITES` entry that says why `writes` computes `code`'s bits under jit."""
 
 
 @rule("idiom")
 def _idiom(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     tree = ast.parse(eqn.params["code"], mode="eval").body
+    rewrite = eqn.params.get("rewrite")
 
     class Fill(ast.NodeTransformer):
         def visit_Name(self, node: ast.Name) -> ast.expr:
@@ -55,7 +66,8 @@ def _idiom(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
                 return args[int(node.id[1:])]
             return node
 
-    return Fill().visit(tree)
+    node = Fill().visit(tree)
+    return rewritten(rewrite, node, emitter) if rewrite else node
 
 
 # -- patterns ----------------------------------------------------------------------------------------
@@ -207,9 +219,13 @@ def _broadcast(eqn: Any, producer: Producer) -> list[Candidate]:
 
 
 def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`."""
+    """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`.  And
+    `a @ b` for the matmul torchax flattens to one batch axis and back (the rewrite
+    `matmul_unflattened`)."""
     (value,) = eqn.invars
     source = producer(value) if _is_traced(value) else None
+    if source is not None and source.primitive.name == "dot_general":
+        return _unflattened_matmul(eqn, source, producer)
     if source is None or source.primitive.name != "broadcast_in_dim" or not _is_traced(source.invars[0]):
         return []
     shape, wide = tuple(source.invars[0].aval.shape), tuple(source.params["shape"])
@@ -218,6 +234,19 @@ def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
         return []
     axis = new[0] - 1
     return [(f"jnp.repeat(_0, {wide[new[0]]}, axis={axis})", [source.invars[0]])]
+
+
+def _unflattened_matmul(eqn: Any, dot: Any, producer: Producer) -> list[Candidate]:
+    flat = [producer(v) if _is_traced(v) else None for v in dot.invars]
+    if any(e is None or e.primitive.name != "reshape" or not _is_traced(e.invars[0]) for e in flat):
+        return []
+    a, b = (e.invars[0] for e in flat)
+    sa, sb, out = tuple(a.aval.shape), tuple(b.aval.shape), tuple(eqn.outvars[0].aval.shape)
+    if len(sa) < 3 or sa[:-2] != sb[:-2] or len(sb) != len(sa) or out != (*sa[:-1], sb[-1]):
+        return []
+    shapes = [tuple(e.params["new_sizes"]) for e in flat]
+    reference = f"jnp.reshape(jnp.reshape(_0, {shapes[0]}) @ jnp.reshape(_1, {shapes[1]}), {out})"
+    return [Candidate(reference, [a, b], "_0 @ _1", "matmul_unflattened")]
 
 
 PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
@@ -315,34 +344,37 @@ def fuse(
         i = made_by.get(v)
         return eqns[i] if i is not None else None
 
-    runs: dict[int, tuple[str, list[Any], set[int]]] = {}
+    runs: dict[int, tuple[Candidate, set[int]]] = {}
     claimed: set[int] = set()
     for i in range(len(eqns) - 1, -1, -1):
         eqn = eqns[i]
         pattern = PATTERNS.get(eqn.primitive.name)
         if pattern is None or i in claimed or i not in alive or eqn.effects:
             continue
-        for code, operands in pattern(eqn, producer):
-            if not all(isinstance(v, Var) for v in operands):
+        for found in pattern(eqn, producer):
+            candidate = Candidate(*found)
+            if not all(isinstance(v, Var) for v in candidate.operands):
                 continue
-            staged = _stage(code, tuple(_aval_key(v) for v in operands))
+            operands = candidate.operands
+            staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
             run = match(staged, i, eqns, made_by, operands, together) if staged is not None else None
             if run is not None:  # runs may share values (one index wrap for two gathers)
-                runs[i] = (code, operands, run)
+                runs[i] = (candidate, run)
                 claimed |= run
                 break
     changed = True
     while changed:  # a value made inside a run and read outside every run keeps the run apart
         changed = False
-        inside = set().union(*(run for _, _, run in runs.values())) if runs else set()
-        for i, (_, _, run) in list(runs.items()):
+        inside = set().union(*(run for _, run in runs.values())) if runs else set()
+        for i, (_, run) in list(runs.items()):
             made = {v for j in run - {i} for v in eqns[j].outvars}
             if any(v in wanted or uses.get(v, set()) - inside for v in made):
                 del runs[i]
                 changed = True
     fused = list(eqns)
-    for i, (code, operands, _) in runs.items():
-        fused[i] = eqns[i].replace(primitive=IDIOM, invars=list(operands), params={"code": code})
+    for i, (candidate, _) in runs.items():
+        params = {"code": candidate.writes or candidate.code, "rewrite": candidate.rewrite}
+        fused[i] = eqns[i].replace(primitive=IDIOM, invars=list(candidate.operands), params=params)
     return fused
 
 

@@ -109,7 +109,7 @@ def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
         kw("window_strides", tuple(p["window_strides"])),
         kw("padding", tuple(tuple(x) for x in p["padding"])),
         *[kw(k, tuple(p[k])) for k in ("lhs_dilation", "rhs_dilation") if tuple(p[k]) != ones],
-        kw("dimension_numbers", p["dimension_numbers"], emitter),
+        kw("dimension_numbers", _conv_layout(p["dimension_numbers"]) or p["dimension_numbers"], emitter),
         *_non_default(p, {"feature_group_count": 1, "batch_group_count": 1}),
     ]
     if p["precision"] is not None:
@@ -119,6 +119,20 @@ def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if p.get("out_sharding") is not None:
         return exact(eqn, args, emitter)
     return call("lax.conv_general_dilated", args, keywords)
+
+
+_SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
+
+
+def _conv_layout(numbers: Any) -> tuple[str, str, str] | None:
+    """`("NCHW", "OIHW", "NCHW")`, the strings a person writes, for torch's layout (every spec in
+    order); lax turns them back into the same `ConvDimensionNumbers`."""
+    specs = (numbers.lhs_spec, numbers.rhs_spec, numbers.out_spec)
+    n = len(numbers.lhs_spec)
+    if n - 2 not in _SPATIAL or any(tuple(s) != tuple(range(n)) for s in specs):
+        return None
+    spatial = _SPATIAL[n - 2]
+    return f"NC{spatial}", f"OI{spatial}", f"NC{spatial}"
 
 
 @rule("fft")

@@ -103,6 +103,8 @@ def _transpose(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     perm = tuple(eqn.params["permutation"])
     if perm == (1, 0):
         return ast.Attribute(args[0], "T", ast.Load())
+    if len(perm) > 2 and perm == (*range(len(perm) - 2), len(perm) - 1, len(perm) - 2):
+        return ast.Attribute(args[0], "mT", ast.Load())  # the last two axes swapped
     if perm == tuple(range(len(perm))):
         return args[0]  # jax binds nothing for an identity permutation
     return call("jnp.transpose", [args[0], literal(perm)])

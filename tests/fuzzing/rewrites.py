@@ -44,6 +44,12 @@ PROOFS: dict[str, list[Proof]] = {
             (_s((8, 16), jnp.bfloat16), _s((12, 16), jnp.bfloat16)),
         ),
     ],
+    "matmul_unflattened": [
+        (lambda a, b: jnp.reshape(jnp.reshape(a, (6, 8, 16)) @ jnp.reshape(b, (6, 16, 10)), (2, 3, 8, 10)),
+         (_s((2, 3, 8, 16)), _s((2, 3, 16, 10)))),
+        (lambda a, b: jnp.reshape(jnp.reshape(a, (4, 5, 7)) @ jnp.reshape(b, (4, 7, 3)), (1, 4, 5, 3)),
+         (_s((1, 4, 5, 7)), _s((1, 4, 7, 3)))),
+    ],
     "times_one": [
         (lambda x: lax.mul(x, 1.0), (_s((4, 8)),)),
         (lambda x: lax.mul(1.0, x), (_s((4, 8)),)),

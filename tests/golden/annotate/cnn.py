@@ -24,9 +24,7 @@ class SmallCNN(nn.Module):
         #         params["conv1"]["weight"],
         #         window_strides=(1, 1),
         #         padding=((1, 1), (1, 1)),
-        #         dimension_numbers=jax.lax.ConvDimensionNumbers(
-        #             lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
-        #         ),
+        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
         #     )
         #     + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
         # )
@@ -50,9 +48,7 @@ class SmallCNN(nn.Module):
         #         params["conv2"]["weight"],
         #         window_strides=(1, 1),
         #         padding=((1, 1), (1, 1)),
-        #         dimension_numbers=jax.lax.ConvDimensionNumbers(
-        #             lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
-        #         ),
+        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
         #     )
         #     + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
         # )

@@ -28,9 +28,7 @@ def forward(params, x):
             params["conv1"]["weight"],
             window_strides=(1, 1),
             padding=((1, 1), (1, 1)),
-            dimension_numbers=jax.lax.ConvDimensionNumbers(
-                lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
-            ),
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
         )
         + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
     )
@@ -53,9 +51,7 @@ def forward(params, x):
             params["conv2"]["weight"],
             window_strides=(1, 1),
             padding=((1, 1), (1, 1)),
-            dimension_numbers=jax.lax.ConvDimensionNumbers(
-                lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
-            ),
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
         )
         + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
     )

@@ -106,25 +106,9 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
     (k_4, v_3), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k_3, v_2)
     k_5 = jnp.repeat(k_4, 2, axis=1)
     v_4 = jnp.repeat(v_3, 2, axis=1)
-    y = jnp.reshape(
-        jnp.reshape(
-            jax.nn.softmax(
-                (
-                    jnp.reshape(
-                        jnp.reshape(q_3, (4, 8, 16)) @ jnp.reshape(
-                            jnp.transpose(k_5, (0, 1, 3, 2)), (4, 16, 64)
-                        ),
-                        (1, 4, 8, 64),
-                    )
-                    * 0.25
-                    + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32))
-                ),
-                axis=3,
-            ),
-            (4, 8, 64),
-        ) @ jnp.reshape(v_4, (4, 64, 16)),
-        (1, 4, 8, 16),
-    )
+    y = jax.nn.softmax(
+        q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)), axis=3
+    ) @ v_4
     y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))
     return y_1 @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
 
