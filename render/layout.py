@@ -94,7 +94,8 @@ def _wrap(node: ast.expr, indent: int, prefix: str, suffix: str = "") -> list[st
         if len(head) <= WIDTH and len(one_line) <= WIDTH:
             return [head, one_line, pad + ")" + suffix]
         lines = [head]
-        if len(head) > WIDTH and isinstance(node.func, ast.Call):  # `jax.shard_map(f, ...)(x)`
+        # `jax.shard_map(f, ...)(x)`, `x.at[i, j].set(v)`: the callee itself split first
+        if len(head) > WIDTH and isinstance(node.func, (ast.Call, ast.Attribute, ast.Subscript)):
             lines = _wrap(node.func, indent, prefix, "(")
             if len(lines[-1]) + len(", ".join(items)) + len(suffix) + 1 <= WIDTH:
                 return lines[:-1] + [lines[-1] + ", ".join(items) + ")" + suffix]
@@ -126,7 +127,13 @@ def _wrap(node: ast.expr, indent: int, prefix: str, suffix: str = "") -> list[st
         return lines + [pad + "]" + suffix]
     if isinstance(node, ast.Subscript) and _plain(node.value, node):
         index = ast.unparse(node)[len(ast.unparse(node.value)) :]
-        return _wrap(node.value, indent, prefix, index + suffix)
+        lines = _wrap(node.value, indent, prefix, index + suffix)
+        if not _fits(lines) and isinstance(node.slice, ast.Tuple):  # `x.at[` one index a line `]`
+            lines = _wrap(node.value, indent, prefix, "[")
+            for element in node.slice.elts:
+                lines += _wrap(element, inner, inner_pad, ",")
+            return lines + [pad + "]" + suffix]
+        return lines
     if isinstance(node, ast.Attribute) and _plain(node.value, node):
         return _wrap(node.value, indent, prefix, "." + node.attr + suffix)
     if isinstance(node, ast.BinOp):

@@ -78,25 +78,32 @@ _INDEX_PREP = frozenset({"lt", "add", "select_n", "broadcast_in_dim", "reshape",
                          "convert_element_type", "jit"})
 
 
-def _index_leaves(var: Any, producer: Producer) -> list[Any]:
-    """The index arrays behind a gather's or scatter's `indices` operand, in order."""
-    leaves: list[Any] = []
+def _index_leaves(var: Any, producer: Producer) -> list[list[Any]]:
+    """The index arrays behind a gather's or scatter's `indices` operand, in order: those found
+    walking back through all of jnp's index preparation, and (when they differ) the indices that
+    go into its wraps of negative values (`select_n(i < 0, i, i + n)`)."""
+    greedy: list[Any] = []
+    wrapped: list[Any] = []
 
     def walk(v: Any) -> None:
         if not _is_traced(v):
             return
         eqn = producer(v)
-        if eqn is None or eqn.primitive.name not in _INDEX_PREP or (
-            eqn.primitive.name == "jit" and eqn.params.get("name") != "_where"
-        ):
-            if v not in leaves:
-                leaves.append(v)
+        name = eqn.primitive.name if eqn is not None else None
+        wrap = name == "select_n" or name == "jit" and eqn.params.get("name") == "_where"
+        if wrap:
+            raw = eqn.invars[-2] if name == "select_n" else eqn.invars[-1]
+            if raw not in wrapped:
+                wrapped.append(raw)
+        if eqn is None or eqn.primitive.name not in _INDEX_PREP or (eqn.primitive.name == "jit" and not wrap):
+            if v not in greedy:
+                greedy.append(v)
             return
         for operand in eqn.invars:
             walk(operand)
 
     walk(var)
-    return leaves
+    return [greedy] if wrapped == greedy or not wrapped else [greedy, wrapped]
 
 
 def _subscript(ndim: int, axes: tuple[int, ...], first: int) -> str:
@@ -116,10 +123,10 @@ def _gather(eqn: Any, producer: Producer) -> list[Candidate]:
     if not _is_traced(x):
         return []
     axes = tuple(eqn.params["dimension_numbers"].start_index_map)
-    leaves = _index_leaves(indices, producer)
-    if len(leaves) != len(axes) or list(axes) != list(range(axes[0], axes[0] + len(axes))):
+    if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
-    return [(f"_0[{_subscript(x.aval.ndim, axes, 1)}]", [x, *leaves])]
+    code = f"_0[{_subscript(x.aval.ndim, axes, 1)}]"
+    return [(code, [x, *leaves]) for leaves in _index_leaves(indices, producer) if len(leaves) == len(axes)]
 
 
 _AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "scatter-mul": "multiply",
@@ -135,15 +142,15 @@ def _scatter(eqn: Any, producer: Producer) -> list[Candidate]:
     if not _is_traced(x):
         return []
     axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
-    leaves = _index_leaves(indices, producer)
-    if len(leaves) != len(axes) or list(axes) != list(range(axes[0], axes[0] + len(axes))):
+    if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
     index = _subscript(x.aval.ndim, axes, 1)
     method = _AT_METHODS[eqn.primitive.name]
     candidates = []
-    for value in _update_values(updates, producer):
-        code = f"_0.at[{index}].{method}(_{len(leaves) + 1})"
-        candidates.append((code, [x, *leaves, value]))
+    for leaves in _index_leaves(indices, producer):
+        for value in _update_values(updates, producer) if len(leaves) == len(axes) else ():
+            code = f"_0.at[{index}].{method}(_{len(leaves) + 1})"
+            candidates.append((code, [x, *leaves, value]))
     return candidates
 
 

@@ -70,7 +70,8 @@ _KNOWN_CALLS: dict[str, str] = {
     "cholesky": "jnp.linalg.cholesky", "eigh": "jnp.linalg.eigh", "eigvalsh": "jnp.linalg.eigvalsh",
     "logsumexp": "jax.nn.logsumexp", "softmax": "jax.nn.softmax", "log_softmax": "jax.nn.log_softmax",
     "standardize": "jax.nn.standardize", "_take": "jnp.take", "_var": "jnp.var", "_std": "jnp.std",
-    "_mean": "jnp.mean", "_cumsum": "jnp.cumsum", "_cumprod": "jnp.cumprod",
+    "_mean": "jnp.mean", "_cumsum": "jnp.cumsum", "_cumprod": "jnp.cumprod", "sort": "jnp.sort",
+    "argsort": "jnp.argsort",
 }
 
 
@@ -95,13 +96,15 @@ def _variants(eqn: Any) -> list[Variant]:
     if name == "clip":  # torch.clamp(x, max=m) is jnp.clip(x, max=m): the bound is no `min`
         return [((), ()), (("max",), ())]
     name = (name or "").lstrip("_")
-    if name in ("take", "var", "std", "mean", "cumsum", "cumprod") and body is not None:
+    if name in ("take", "var", "std", "mean", "cumsum", "cumprod", "sort", "argsort") and body is not None:
         axes = [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
         keeps: tuple[tuple, ...] = ((), (("keepdims", True),))
         if name in ("var", "std"):  # `ddof` is an operand of the jit
             return [(("ddof",), (*static, *keep)) for _, static in axes for keep in keeps]
         if name == "mean":
             return [((), (*static, *keep)) for _, static in axes for keep in keeps]
+        if name in ("sort", "argsort"):
+            return [((), (*static, *order)) for _, static in axes for order in ((), (("descending", True),))]
         return axes
     return [((), ())]
 
@@ -110,7 +113,8 @@ def _body_axes(jaxpr: Any) -> list[Any]:
     """The axes a reduction's body works along, as `axis=` takes them (`0`, `(1, 2)`)."""
     found: list[Any] = []
     for inner in jaxpr.eqns:
-        axes = inner.params.get("axes", (inner.params["axis"],) if "axis" in inner.params else None)
+        axis = inner.params.get("axis", inner.params["dimension"] if inner.primitive.name == "sort" else None)
+        axes = inner.params.get("axes", (axis,) if axis is not None else None)
         if inner.primitive.name == "gather":
             axes = tuple(inner.params["dimension_numbers"].collapsed_slice_dims)
         if axes:

@@ -45,9 +45,9 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
         shape[d] == n for d, n in zip(dims, in_shape)
     ) and dims == tuple(sorted(dims)) and all(shape[d] == 1 for d in range(len(shape)) if d not in dims):
         return _new_axes(args[0], shape, dims)
-    if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and (
-        in_shape == shape[len(shape) - len(in_shape):]
-    ):
+    if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and all(
+        n in (1, m) for n, m in zip(in_shape, shape[len(shape) - len(in_shape):])
+    ):  # numpy broadcasting: size-1 axes stretched, new axes in front
         return call("jnp.broadcast_to", [args[0], literal(shape)])
     return call("lax.broadcast_in_dim", [args[0], literal(shape), literal(dims)])
 

@@ -32,33 +32,17 @@ class MoE(nn.Module):
         logits = self.router(tokens)  # logits = tokens @ params["router"]["weight"].T
         topk_logits, topk_idx = torch.topk(logits, self.top_k, dim=-1)
         # logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
-        # topk_logits = jax.jit(_sort)(logits_1)
-        # topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
+        # topk_logits = jnp.sort(logits_1, axis=1, descending=True)
+        # topk_idx = jnp.take_along_axis(
+        #     logits_2, jnp.argsort(topk_logits, axis=1, descending=True)
+        # )
         topk_w = F.softmax(topk_logits, dim=-1)  # topk_w = jax.nn.softmax(topk_logits, axis=1)
         # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.
         weights = torch.zeros_like(logits).scatter(1, topk_idx, topk_w)
-        # scatter = lax.broadcast_in_dim(
-        #     jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2), (0, 1)
-        # )
-        # weights = lax.scatter(
-        #     jnp.zeros((12, 4), jnp.float32),
-        #     jnp.concatenate(
-        #         [
-        #             lax.select(scatter < 0, scatter + 12, scatter)[..., None],
-        #             lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
-        #         ],
-        #         axis=2,
-        #     ),
-        #     topk_w,
-        #     jax.lax.ScatterDimensionNumbers(
-        #         update_window_dims=(),
-        #         inserted_window_dims=(0, 1),
-        #         scatter_dims_to_operand_dims=(0, 1),
-        #         operand_batching_dims=(),
-        #         scatter_indices_batching_dims=(),
-        #     ),
-        #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
-        # )
+        # weights = jnp.zeros((12, 4), jnp.float32).at[
+        #     jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
+        #     topk_idx,
+        # ].set(topk_w)
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)
         # expert_out = lax.stack(
         #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1

@@ -25,31 +25,13 @@ def forward(params, x):
     tokens = jnp.reshape(x, (12, 32))
     logits = tokens @ params["router"]["weight"].T
     logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
-    topk_logits = jax.jit(_sort)(logits_1)
-    topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
+    topk_logits = jnp.sort(logits_1, axis=1, descending=True)
+    topk_idx = jnp.take_along_axis(logits_2, jnp.argsort(topk_logits, axis=1, descending=True))
     topk_w = jax.nn.softmax(topk_logits, axis=1)
-    scatter = lax.broadcast_in_dim(
-        jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2), (0, 1)
-    )
-    weights = lax.scatter(
-        jnp.zeros((12, 4), jnp.float32),
-        jnp.concatenate(
-            [
-                lax.select(scatter < 0, scatter + 12, scatter)[..., None],
-                lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
-            ],
-            axis=2,
-        ),
-        topk_w,
-        jax.lax.ScatterDimensionNumbers(
-            update_window_dims=(),
-            inserted_window_dims=(0, 1),
-            scatter_dims_to_operand_dims=(0, 1),
-            operand_batching_dims=(),
-            scatter_indices_batching_dims=(),
-        ),
-        mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
-    )
+    weights = jnp.zeros((12, 4), jnp.float32).at[
+        jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
+        topk_idx,
+    ].set(topk_w)
     expert_out = lax.stack([expert_forward(expert, tokens) for expert in params["experts"]], axis=1)
     out = lax.dot_general(
         weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
@@ -61,20 +43,6 @@ def expert_forward(params, x):
     """`Expert.forward`, moe.py:17, for 4 calls: `experts.0` ... `experts.3`."""
     silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)
     return silu @ params["w2"]["weight"].T
-
-
-def _sort(x):
-    return lax.rev(lax.sort(x, dimension=1, is_stable=True), (1,))
-
-
-def _argsort(x):
-    _, argsort = lax.sort(
-        (lax.rev(x, (1,)), lax.rev(lax.broadcasted_iota(jnp.int32, (12, 2), 1), (1,))),
-        dimension=1,
-        is_stable=True,
-        num_keys=1,
-    )
-    return lax.rev(argsort, (1,))
 
 
 def load_params(model):
