@@ -48,7 +48,7 @@ def fwd(params, x):
                 (0, 3, 1, 2),
             )
             return einsum.astype(jnp.bfloat16)
-        blocked_attn = lax.map(block, lax.iota(jnp.int32, 2))
+        blocked_attn = lax.map(block, jnp.arange(2, dtype=jnp.int32))
         y_1 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
         z = lax.dot_general(
             y_1, o, (((3, 2), (1, 0)), ((), ())), preferred_element_type=jnp.bfloat16

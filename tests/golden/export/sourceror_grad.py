@@ -57,7 +57,7 @@ def grad_fn(params, x):
                 map_block,
                 map_block_1,
                 blocked_attn_1,
-            ) = lax.map(body, lax.iota(jnp.int32, 2))
+            ) = lax.map(body, jnp.arange(2, dtype=jnp.int32))
             blocked_attn_2 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
             grad_einsum = jnp.transpose(
                 lax.dot_general(
@@ -87,17 +87,20 @@ def grad_fn(params, x):
                     ),
                     (0, 2, 1, 3),
                 )
-                grad_query_block = jnp.transpose(lax.dot_general(grad_einsum_1, xs_2, (((3,), (1,)), ((0, 1), (0, 2))), preferred_element_type=jnp.float32), (0, 3, 1, 2)).astype(
-                    jnp.bfloat16,
-                )
+                grad_query_block = jnp.transpose(
+                    lax.dot_general(
+                        grad_einsum_1,
+                        xs_2,
+                        (((3,), (1,)), ((0, 1), (0, 2))),
+                        preferred_element_type=jnp.float32,
+                    ),
+                    (0, 3, 1, 2),
+                ).astype(jnp.bfloat16)
                 grad_weights_1 = grad_weights.astype(jnp.bfloat16)
                 grad_weights_2 = lax.reduce_sum(grad_weights_1, (3,))
-                grad_query_block_1 = (
-                    grad_query_block
-                    + lax.broadcast_in_dim(grad_weights_2.astype(jnp.float32), (4, 64, 2, 16), (0, 1, 2)).astype(
-                        jnp.bfloat16,
-                    )
-                )
+                grad_query_block_1 = grad_query_block + lax.broadcast_in_dim(
+                    grad_weights_2.astype(jnp.float32), (4, 64, 2, 16), (0, 1, 2)
+                ).astype(jnp.bfloat16)
                 grad_dynamic_slice_in_dim_x = carry + lax.dynamic_update_slice(
                     jnp.zeros((4, 128, 2, 16), jnp.bfloat16),
                     grad_query_block_1,
@@ -131,7 +134,7 @@ def grad_fn(params, x):
 def loss_fn(params, x):
     """`loss_fn`, jax_programs.py:214."""
     x_1, scan_layer = fwd(params, x)
-    loss = (jnp.sum(x_1.astype(jnp.float32), axis=(0, 1, 2)) / 16384.0).astype(jnp.bfloat16)
+    loss = jnp.mean(x_1.astype(jnp.float32), axis=(0, 1, 2)).astype(jnp.bfloat16)
     return loss, scan_layer
 
 
@@ -144,7 +147,7 @@ def fwd(params, x):
             return lax.select(x < 0, x + 128, x)
         scan = lax.map(body, x)
         return bias_1, scan
-    map_block, map_block_1 = call(lax.iota(jnp.int32, 2))
+    map_block, map_block_1 = call(jnp.arange(2, dtype=jnp.int32))
     def layer(carry, xs):
         xs_0, xs_1 = xs
         y = lax.dot_general(
