@@ -32,6 +32,9 @@ class _Emitter:
         self.body(jaxpr.jaxpr)
         return [ast.Name(f"v{id(var)}", ast.Load()) for var in jaxpr.jaxpr.outvars]
 
+    def rewrote(self, name: str) -> None:
+        return None
+
     def body(self, jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
             args: list[ast.expr] = [ast.Name(f"v{id(var)}", ast.Load()) for var in eqn.invars]

@@ -18,6 +18,7 @@ ROWS = {
     "runtime": "benchmarks.exported_runtime",
     "render": "benchmarks.rendering",
     "depth": "benchmarks.nesting",
+    "readability": "benchmarks.readability",
 }
 
 

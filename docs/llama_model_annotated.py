@@ -62,34 +62,9 @@ class KVCache(nn.Module):
         k_out = self.k_cache
         v_out = self.v_cache
         k_out[:, :, input_pos] = k_val
-        # k_out_input_pos = lax.select(input_pos < 0, input_pos + 64, input_pos)[:, None]  ×2
-        # k_out = lax.scatter(
-        #     state["k_cache"],
-        #     k_out_input_pos,
-        #     k_val,
-        #     jax.lax.ScatterDimensionNumbers(
-        #         update_window_dims=(0, 1, 3),
-        #         inserted_window_dims=(2,),
-        #         scatter_dims_to_operand_dims=(2,),
-        #         operand_batching_dims=(),
-        #         scatter_indices_batching_dims=(),
-        #     ),
-        #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
-        # )
+        # k_out = state["k_cache"].at[:, :, input_pos].set(k_val)  ×2
         v_out[:, :, input_pos] = v_val
-        # v_out = lax.scatter(
-        #     state["v_cache"],
-        #     k_out_input_pos,
-        #     v_val,
-        #     jax.lax.ScatterDimensionNumbers(
-        #         update_window_dims=(0, 1, 3),
-        #         inserted_window_dims=(2,),
-        #         scatter_dims_to_operand_dims=(2,),
-        #         operand_batching_dims=(),
-        #         scatter_indices_batching_dims=(),
-        #     ),
-        #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
-        # )  ×2
+        # v_out = state["v_cache"].at[:, :, input_pos].set(v_val)  ×2
         return k_out, v_out  # return ((k_out, v_out), {"k_cache": k_out, "v_cache": v_out})  ×2
 
 
@@ -118,48 +93,21 @@ class Transformer(nn.Module):
     def forward(self, idx: Tensor, input_pos: Tensor) -> Tensor:
         # jax: def forward(params, state, idx, input_pos)
         """idx: (batch, seq) token ids at positions input_pos: (seq,) -> logits (batch, seq, vocab)."""
-        freqs_cis = self.freqs_cis[input_pos]
-        # freqs_cis_input_pos = lax.select(input_pos < 0, input_pos + 64, input_pos)[:, None]
-        # freqs_cis = lax.gather(
-        #     params["freqs_cis"],
-        #     freqs_cis_input_pos,
-        #     dimension_numbers=jax.lax.GatherDimensionNumbers(
-        #         offset_dims=(1, 2),
-        #         collapsed_slice_dims=(0,),
-        #         start_index_map=(0,),
-        #         operand_batching_dims=(),
-        #         start_indices_batching_dims=(),
-        #     ),
-        #     slice_sizes=(1, 8, 2),
-        #     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-        # )
+        freqs_cis = self.freqs_cis[input_pos]  # freqs_cis = params["freqs_cis"][input_pos]
         mask = self.causal_mask[None, None, input_pos]
-        # mask = lax.gather(
-        #     params["causal_mask"],
-        #     freqs_cis_input_pos,
-        #     dimension_numbers=jax.lax.GatherDimensionNumbers(
-        #         offset_dims=(1,),
-        #         collapsed_slice_dims=(0,),
-        #         start_index_map=(0,),
-        #         operand_batching_dims=(),
-        #         start_indices_batching_dims=(),
-        #     ),
-        #     slice_sizes=(1, 64),
-        #     mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-        # )[None, None]
-        x = self.tok_embeddings(idx)  # x = jax.jit(_take)(params["tok_embeddings"]["weight"], idx)
+        # mask = params["causal_mask"][None, None, input_pos]
+        x = self.tok_embeddings(idx)
+        # x = jnp.take(params["tok_embeddings"]["weight"], idx, axis=0)
         for layer in self.layers:
             x = layer(x, input_pos, freqs_cis, mask)
             # x, new_layer_state = transformer_block_forward(
             #     layer, layer_state, x, input_pos, freqs_cis, mask
             # )  ×2
         return self.output(self.norm(x))
-        # return lax.dot_general(
-        #     rms_norm_forward(params["norm"], x),
-        #     params["output"]["weight"],
-        #     (((2,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # ), {"layers": new_layer_states}
+        # return (
+        #     rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T,
+        #     {"layers": new_layer_states},
+        # )
 
 
 class TransformerBlock(nn.Module):
@@ -181,12 +129,12 @@ class TransformerBlock(nn.Module):
         #     mask,
         #     input_pos,
         # )  ×2
-        # h = x + attention * 1.0
+        # h = x + attention
         out = h + self.feed_forward(self.ffn_norm(h))
         # feed_forward = feed_forward_forward(
         #     params["feed_forward"], rms_norm_forward(params["ffn_norm"], h)
         # )  ×2
-        # out = h + feed_forward * 1.0
+        # out = h + feed_forward
         return out  # return (out, {"attention": new_attention_state})  ×2
 
 
@@ -207,12 +155,7 @@ class Attention(nn.Module):
         # jax: def attention_forward(params, state, x, freqs_cis, mask, input_pos)  ×2
         bsz, seqlen, _ = x.shape
         q, k, v = self.wqkv(x).split(self.split_sizes, dim=-1)
-        # wqkv_x = lax.dot_general(
-        #     x,
-        #     params["wqkv"]["weight"],
-        #     (((2,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )  ×2
+        # wqkv_x = x @ params["wqkv"]["weight"].T  ×2
         # q = wqkv_x[:, :, :64]
         # k = wqkv_x[:, :, 64:96]
         # v = wqkv_x[:, :, 96:]
@@ -237,41 +180,17 @@ class Attention(nn.Module):
             # )  ×2
 
         groups = self.n_head // self.n_local_heads
-        k = k.repeat_interleave(groups, dim=1)
-        # k_5 = jnp.reshape(
-        #     lax.broadcast_in_dim(k_4, (1, 2, 2, 64, 16), (0, 1, 3, 4)), (1, 4, 64, 16)
-        # )  ×2
-        v = v.repeat_interleave(groups, dim=1)
-        # v_4 = jnp.reshape(
-        #     lax.broadcast_in_dim(v_3, (1, 2, 2, 64, 16), (0, 1, 3, 4)), (1, 4, 64, 16)
-        # )  ×2
+        k = k.repeat_interleave(groups, dim=1)  # k_5 = jnp.repeat(k_4, 2, axis=1)  ×2
+        v = v.repeat_interleave(groups, dim=1)  # v_4 = jnp.repeat(v_3, 2, axis=1)  ×2
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
-        # sdpa = (
-        #     jnp.reshape(
-        #         jnp.reshape(q_3, (4, 8, 16))
-        #         @ jnp.reshape(jnp.transpose(k_5, (0, 1, 3, 2)), (4, 16, 64)),
-        #         (1, 4, 8, 64),
-        #     )
-        #     * 0.25
-        #     + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)) * 1.0
-        # )  ×2
-        # sdpa_1 = jnp.exp(
-        #     sdpa - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(sdpa, axis=3))[..., None])
-        # )
-        # y = jnp.reshape(
-        #     jnp.reshape(sdpa_1 / jnp.sum(sdpa_1, axis=3)[..., None], (4, 8, 64))
-        #     @ jnp.reshape(v_4, (4, 64, 16)),
-        #     (1, 4, 8, 16),
-        # )
+        # y = jax.nn.softmax(
+        #     q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
+        #     axis=3,
+        # ) @ v_4  ×2
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
         # y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
         return self.wo(y)
-        # return lax.dot_general(
-        #     y_1,
-        #     params["wo"]["weight"],
-        #     (((2,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # ), {"kv_cache": new_kv_cache_state}  ×2
+        # return (y_1 @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state})  ×2
 
 
 class FeedForward(nn.Module):
@@ -283,24 +202,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # jax: def feed_forward_forward(params, x)  ×2
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        # w1_x = lax.dot_general(
-        #     x,
-        #     params["w1"]["weight"],
-        #     (((2,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )  ×2
-        # w3_x = lax.dot_general(
-        #     x,
-        #     params["w3"]["weight"],
-        #     (((2,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )
-        # return lax.dot_general(
-        #     jax.nn.silu(w1_x) * w3_x,
-        #     params["w2"]["weight"],
-        #     (((2,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )
+        # silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)  ×2
+        # return silu @ params["w2"]["weight"].T
 
 
 class RMSNorm(nn.Module):
@@ -311,7 +214,7 @@ class RMSNorm(nn.Module):
 
     def _norm(self, x: Tensor) -> Tensor:  # jax: def rms_norm_norm(x)  ×5
         return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps)
-        # return x * lax.rsqrt(jnp.sum(x * x, axis=2)[..., None] / 64.0 + 1e-05)  ×5
+        # return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + 1e-05)  ×5
 
     def forward(self, x: Tensor) -> Tensor:  # jax: def rms_norm_forward(params, x)  ×5
         return self._norm(x.float()).type_as(x) * self.weight
@@ -331,16 +234,14 @@ def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
     # pairs = jnp.reshape(x, (1, 8, x.shape[2], 8, 2))  ×4
     x_re, x_im = pairs[..., 0], pairs[..., 1]
-    # x_re = jnp.squeeze(pairs[:, :, :, :, :1], axis=4)  ×4
-    # x_im = jnp.squeeze(pairs[:, :, :, :, 1:], axis=4)
-    cos = freqs_cis[:, None, :, 0]  # cos = jnp.squeeze(freqs_cis[:, :, :1], axis=2)[:, None]  ×4
-    sin = freqs_cis[:, None, :, 1]  # sin = jnp.squeeze(freqs_cis[:, :, 1:], axis=2)[:, None]  ×4
+    # x_re = pairs[:, :, :, :, 0]  ×4
+    # x_im = pairs[:, :, :, :, 1]
+    cos = freqs_cis[:, None, :, 0]  # cos = freqs_cis[:, :, 0][:, None]  ×4
+    sin = freqs_cis[:, None, :, 1]  # sin = freqs_cis[:, :, 1][:, None]  ×4
     rotated = torch.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], dim=-1)
     # cos_1 = cos[None]  ×4
     # sin_1 = sin[None]
-    # rotated = lax.stack(
-    #     [x_re * cos_1 - x_im * sin_1 * 1.0, x_im * cos_1 + x_re * sin_1 * 1.0], axis=4
-    # )
+    # rotated = lax.stack([x_re * cos_1 - x_im * sin_1, x_im * cos_1 + x_re * sin_1], axis=4)
     return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], 16))  ×4
 
 

@@ -109,10 +109,16 @@ def _live(jaxpr: Any) -> list[Any]:
     return live[::-1]
 
 
+# What `render.rules.REWRITES` may change (same bits under jit): `x @ w.T` adds a transpose, `x * 1`
+# and integer `x + 0` lose their equation, torchax's flattened matmul its reshapes.
+REWRITTEN = {"added": {"transpose"}, "dropped": {"mul", "add", "reshape"}}
+
+
 def assert_same_structure(exported: Exported, *args: Any) -> None:
     original = primitive_counts(exported.trace.jaxpr.jaxpr)
     again = primitive_counts(jax.make_jaxpr(exported.entry)(*args).jaxpr)
-    assert again == original, (original - again, again - original)
+    added, dropped = again - original, original - again
+    assert set(added) <= REWRITTEN["added"] and set(dropped) <= REWRITTEN["dropped"], (dropped, added)
 
 
 def assert_same_numbers(got: Any, want: Any, rtol: float = 1e-6, atol: float = 1e-6) -> None:

@@ -29,10 +29,11 @@ from fuzzing.harness import (
     render_function,
 )
 from fuzzing.optable import DOC, documented
+from fuzzing.rewrites import PROOFS, prove
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
-from render.rules import RULES, Flat, render_eqn
+from render.rules import REWRITES, RULES, Flat, render_eqn
 from tracing import capture
 
 _SEEN = Seen()
@@ -104,18 +105,23 @@ def f32(*shape: int) -> torch.Tensor:
 
 def test_arithmetic_renders_as_operators() -> None:
     eqns = torch_eqns(lambda x, y: (x + y) * 2.0 - x / y, f32(3, 4), f32(3, 4))
-    # torchax scales the second operand of add and sub by their `alpha` (1.0).
-    assert [rendered(e) for e in eqns] == [
-        "a0 * 1.0", "a0 + a1", "a0 * 2.0", "a0 / a1", "a0 * 1.0", "a0 - a1"
-    ]
+    # torchax scales the second operand of add and sub by their `alpha` (1.0): `x * 1` is `x`
+    # (the rewrite `times_one`).
+    assert [rendered(e) for e in eqns] == ["a0", "a0 + a1", "a0 * 2.0", "a0 / a1", "a0", "a0 - a1"]
 
 
 def test_matmul_forms() -> None:
     assert forms(torch_eqns(lambda x, w: x @ w, f32(3, 4), f32(4, 5)), "dot_general") == ["a0 @ a1"]
     assert forms(torch_eqns(torch.bmm, f32(2, 3, 4), f32(2, 4, 5)), "dot_general") == ["a0 @ a1"]
-    # F.linear contracts both last dimensions: no operator is exactly that, `x @ w.T` adds a transpose.
-    (linear,) = forms(torch_eqns(F.linear, f32(3, 4), f32(5, 4)), "dot_general")
-    assert linear.startswith("lax.dot_general(a0, a1, (((1,), (1,)), ((), ()))")
+    # F.linear contracts both last dimensions: `x @ w.T`, the transpose folded into the dot (a rewrite).
+    assert forms(torch_eqns(F.linear, f32(3, 4), f32(5, 4)), "dot_general") == ["a0 @ a1.T"]
+    assert forms(torch_eqns(F.linear, f32(2, 3, 4), f32(5, 4)), "dot_general") == ["a0 @ a1.T"]
+    transposed = jax_eqns(lambda g, x: lax.dot_general(
+        g, x, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32), _struct((5, 3)), _struct((5, 4)))
+    assert forms(transposed, "dot_general") == ["a0.T @ a1"]
+    scores = lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k)  # noqa: E731
+    attention = torch_eqns(scores, f32(1, 3, 4, 5), f32(1, 3, 6, 5))
+    assert forms(attention, "dot_general") == ["a0 @ a1.mT"]
     # bfloat16 operands accumulated in float32: the preferred type is passed.
     bf16 = jax.ShapeDtypeStruct((3, 4), jnp.bfloat16)
     eqns = jax_eqns(lambda a, b: jnp.matmul(a, b.T, preferred_element_type=jnp.float32), bf16, bf16)
@@ -131,11 +137,23 @@ def test_jit_of_a_known_function_renders_as_the_call() -> None:
     ]
 
 
+def test_jnp_reductions_that_stage_a_jit_render_as_the_call() -> None:
+    trace = capture(lambda x, w, i: (x.var(-1), F.layer_norm(x, (4,)), x.cumsum(1), F.embedding(i, w)),
+                    f32(3, 4), f32(10, 4), torch.tensor([[1, 2, 3]]))
+    top = [rendered(e) for e in trace.jaxpr.jaxpr.eqns if e.primitive.name in ("jit", "cumsum")]
+    assert top == [
+        "jnp.var(a0, axis=1, ddof=1)", "jnp.var(a0, axis=1, keepdims=True, ddof=0)", "jnp.cumsum(a0, axis=1)",
+        "jnp.take(a0, a1, axis=0)",
+    ]
+
+
 def test_other_jit_renders_as_a_nested_function() -> None:
-    eqn = capture(lambda x: x.var(-1), f32(3, 4)).jaxpr.jaxpr.eqns[0]
-    assert eqn.primitive.name == "jit"
+    def scaled_sine(y: Any) -> Any:
+        return jnp.sin(y) * 2.0
+
+    (eqn,) = jax.make_jaxpr(jax.jit(scaled_sine))(*_structs("f32")).jaxpr.eqns
     source = check_eqn(eqn).source
-    assert "def _var_" in source and "jax.jit(_var_" in source
+    assert "def scaled_sine_" in source and "jax.jit(scaled_sine_" in source
 
 
 def test_shapes_and_casts() -> None:
@@ -191,14 +209,16 @@ def test_comparison_with_a_literal_on_the_left_is_typed() -> None:
 
 
 def test_negative_zero_and_special_literals_survive() -> None:
-    eqns = jax_eqns(lambda x: (lax.add(x, -0.0), lax.max(x, -jnp.inf), lax.mul(x, jnp.nan)), *_structs("f32"))
-    assert [rendered(e) for e in eqns] == ["a0 + -0.0", "jnp.maximum(a0, -jnp.inf)", "a0 * jnp.nan"]
+    eqns = jax_eqns(lambda x: (lax.sub(x, -0.0), lax.max(x, -jnp.inf), lax.mul(x, jnp.nan)), *_structs("f32"))
+    assert [rendered(e) for e in eqns] == ["a0 - -0.0", "jnp.maximum(a0, -jnp.inf)", "a0 * jnp.nan"]
 
 
-def test_nothing_is_simplified_away() -> None:
-    """`x * 1.0` is not `x` (XLA flushes a denormal when it runs the multiply alone), nor `x + 0.0`."""
-    eqns = jax_eqns(lambda x: (lax.mul(x, 1.0), lax.add(x, 0.0)), *_structs("f32"))
-    assert [rendered(e) for e in eqns] == ["a0 * 1.0", "a0 + 0.0"]
+def test_identities_are_dropped_only_where_exact() -> None:
+    """`x * 1` is `x` under jit, and so are integer `x + 0` and float `x + (-0.0)`; float `x + 0.0` is
+    not (`-0.0 + 0.0` is `0.0`)."""
+    eqns = jax_eqns(lambda x, i: (lax.mul(x, 1.0), lax.add(x, 0.0), lax.add(x, -0.0), lax.add(i, 0),
+                                  lax.mul(1, i), lax.mul(x, jnp.float32(1.0))), *_structs("f32", "i32"))
+    assert [rendered(e) for e in eqns] == ["a0", "a0 + 0.0", "a0", "a0", "a0", "a0"]
 
 
 # -- regressions: each of these rendered inexactly once ---------------------------------------------------
@@ -382,3 +402,23 @@ class _NoEmitter(Flat):
 
     def inline(self, jaxpr: Any, args: list[ast.expr], hint: str) -> list[ast.expr]:
         raise AssertionError("no sub-jaxprs expected")
+
+
+# -- rewrites: the same bits under jit, not the same equation -------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(REWRITES))
+def test_rewrite_is_proven_bitwise_under_jit(name: str) -> None:
+    assert prove(name) >= len(PROOFS[name]) > 0
+
+
+def test_every_rewrite_is_documented() -> None:
+    text = DOC.read_text()
+    assert set(PROOFS) == set(REWRITES)
+    assert all(f"| `{name}` |" in text for name in REWRITES), f"regenerate {DOC.name}"
+
+
+def test_a_rewrite_not_taken_keeps_the_primitive() -> None:
+    """A float `x + 0.0` is no rewrite (-0.0 + 0.0 is 0.0): it re-traces as itself."""
+    (eqn,) = jax_eqns(lambda x: lax.add(x, 0.0), *_structs("f32"))
+    assert check_eqn(eqn).rewrites == []

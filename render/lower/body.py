@@ -64,6 +64,9 @@ class Body:
     def used(self, var: Any) -> bool:
         return bool(self.uses[var]) if isinstance(var, Var) else False
 
+    def rewrote(self, name: str) -> None:
+        """Nothing to do: an export is held to its numbers under jit (`--check`, the fuzzer's proofs)."""
+
     def inline(self, jaxpr: Any, args: list[ast.expr], hint: str) -> list[ast.expr]:
         closed = jaxpr if isinstance(jaxpr, ClosedJaxpr) else None
         inner: Jaxpr = closed.jaxpr if closed is not None else jaxpr

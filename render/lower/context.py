@@ -19,6 +19,7 @@ from render import names as naming
 from render.ir import Function, named
 from render.lower.paths import Tree
 from render.names import Scope
+from render.rules import fuse
 from tracing.trace import Input, Trace
 
 CALL_LIKE = frozenset(
@@ -50,6 +51,8 @@ class Context:
             for eqn in self.jaxpr.eqns
         ]
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
+        # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call.
+        self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j])
         self.live = live_eqns(self.eqns, outvars, self.alias)
         self.uses: dict[Any, list[int]] = {}
         for i in sorted(self.live):

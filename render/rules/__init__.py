@@ -12,12 +12,13 @@ Rules live in modules by family (`elementwise`, `shapes`, `reductions`, `linalg`
 here in that order: a primitive with two rules is an error at import.  To add a rule, add a
 `@rule("name")` function to its family's module (see docs/architecture.md).
 
-Every rule is exact: the code it writes re-traces to the same primitive with the same params
-and evaluates to the same bits (`tests/test_ops.py` and the fuzzer prove it on real torchax
-equations).  That is why some tempting forms are not used:
+Every rule is exact: the code it writes evaluates to the same bits under `jax.jit`, and
+re-traces to the same primitive with the same params unless it is one of the `REWRITES`
+(`x @ w.T`, `x` for `x * 1`), each proven bitwise by `tests/fuzzing/rewrites.py`.  Runs of
+equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`) are fused by `fuse`
+(`render.rules.idioms`) before rendering.  Some tempting forms are not used:
 
-- `x + 0.0 -> x` and `x * 1.0 -> x` are not exact (`-0.0`; XLA flushes denormals when it runs
-  the multiply eagerly), so neither is simplified away;
+- `x + 0.0 -> x` is not exact (`-0.0 + 0.0` is `0.0`); `x + (-0.0)` and integer `x + 0` are;
 - `a / b` is true division in `jnp`, so integer `div` stays `lax.div`; `%` is floor modulo,
   so `rem` stays `lax.rem`;
 - `jnp.sum` accumulates `bfloat16` in `float32`, `jnp.flip`, `jnp.round`, `jnp.clip` and
@@ -32,17 +33,18 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from render.rules import control, elementwise, known_calls, linalg, random, reductions, shapes
-from render.rules._core import Rule, atom_expr, call, dotted, exact
+from render.rules import control, elementwise, idioms, known_calls, linalg, random, reductions, shapes
+from render.rules._core import REWRITES, Rule, atom_expr, call, dotted, exact
 from render.rules.emitter import Emitter, Flat, Shape, Signature, Structured, indices, pack, shape_expr
+from render.rules.idioms import fuse
 from render.rules.known_calls import function_source
 
 __all__ = [
-    "RULES", "Emitter", "Flat", "Rule", "Shape", "Signature", "Structured", "atom_expr", "call", "dotted",
-    "function_source", "indices", "pack", "render_eqn", "shape_expr",
+    "REWRITES", "RULES", "Emitter", "Flat", "Rule", "Shape", "Signature", "Structured", "atom_expr", "call",
+    "dotted", "function_source", "fuse", "indices", "pack", "render_eqn", "shape_expr",
 ]
 
-FAMILIES = (elementwise, shapes, reductions, linalg, random, known_calls, control)
+FAMILIES = (elementwise, shapes, reductions, linalg, random, known_calls, control, idioms)
 
 
 def _union() -> dict[str, Rule]:

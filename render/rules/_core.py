@@ -23,6 +23,40 @@ from render.rules.emitter import Emitter, Structured
 Rule = Callable[[Any, list[ast.expr], Emitter], "ast.expr | Structured"]
 
 
+# Every form a rule writes that does not re-trace to the very equation it renders, and why it
+# still computes the same bits under `jax.jit` (the bar for an export).  A rule that takes one
+# says so with `rewritten(name, ...)`; `tests/fuzzing/rewrites.py` proves each one bit for bit
+# on jitted outputs (-0.0, NaN, +-inf and denormals among the inputs), and docs/ops.md lists them.
+REWRITES: dict[str, str] = {
+    "matmul_transposed": (
+        "`x @ w.T`, `g.T @ x`, `q @ k.mT` for a `dot_general` that contracts a transposed operand: "
+        "jnp binds the transpose and a plain matmul, which XLA folds back into the one dot "
+        "(a transpose moves no value, and the dot's products and sums are the same ones)"
+    ),
+    "matmul_unflattened": (
+        "`a @ b` for 4-d (or higher) operands where torchax reshapes both to one batch axis, "
+        "multiplies and reshapes back: a reshape moves no value, and each output element is the "
+        "same dot product of the same row and column"
+    ),
+    "times_one": (
+        "`x` for `x * 1` (any dtype): multiplying by one returns every value unchanged, -0.0, NaN, "
+        "+-inf and denormals included, and XLA removes the multiply under jit"
+    ),
+    "plus_zero": (
+        "`x` for integer `x + 0` and for float `x + (-0.0)` (the additive identity of IEEE floats; "
+        "float `x + 0.0` stays, it turns -0.0 into 0.0)"
+    ),
+}
+
+
+def rewritten(name: str, node: ast.expr, emitter: Emitter) -> ast.expr:
+    """`node`, a form listed in `REWRITES` as `name`, told to the emitter (which may check it)."""
+    if name not in REWRITES:
+        raise KeyError(f"`{name}` is not in REWRITES")
+    emitter.rewrote(name)
+    return node
+
+
 def registrar(table: dict[str, Rule]) -> Callable[..., Callable[[Rule], Rule]]:
     """`@rule("neg")` for a family's `table`: one rule per primitive, a second one is an error."""
 

@@ -22,6 +22,7 @@ from render.rules._core import (
     kw,
     loose,
     registrar,
+    rewritten,
     typed_literal,
 )
 from render.rules.emitter import Emitter
@@ -120,6 +121,9 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     name = eqn.primitive.name
     a, b = eqn.invars
     params = {k: v for k, v in eqn.params.items() if v is not None}
+    identity = _identity_operand(eqn)
+    if identity is not None and not params:
+        return rewritten("times_one" if name == "mul" else "plus_zero", args[identity], emitter)
     left, right = loose(eqn, args, 0), loose(eqn, args, 1)
     if name in _COMPARISONS and isinstance(a, Literal):
         # A Python number on the left flips the comparison (`2.0 < x` runs `x > 2.0`): type it.
@@ -130,6 +134,31 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if name in _COMPARISONS:
         return ast.Compare(left, [_COMPARISONS[name]], [right])
     return ast.BinOp(left, _OPERATORS[name], right)
+
+
+def _identity_operand(eqn: Any) -> int | None:
+    """The operand `x` of `x * 1`, `1 * x`, integer `x + 0` or float `x + (-0.0)`, when the result
+    is `x` itself (same type, weak type included): its index; else None."""
+    name = eqn.primitive.name
+    if name not in ("mul", "add"):
+        return None
+    for i, j in ((0, 1), (1, 0)):
+        x, other = eqn.invars[i], eqn.invars[j]
+        if not _is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
+            continue
+        if x.aval != eqn.outvars[0].aval or not (_is_real(x) and _is_real(other)):
+            continue
+        value = np.asarray(other.val)
+        if name == "mul" and value == 1:
+            return i
+        integer = jnp.issubdtype(_dtype(x), jnp.integer)
+        if name == "add" and value == 0 and (integer or bool(np.signbit(value))):
+            return i
+    return None
+
+
+def _is_real(var: Any) -> bool:
+    return bool(jnp.issubdtype(_dtype(var), jnp.integer) or jnp.issubdtype(_dtype(var), jnp.floating))
 
 
 def _operator_exact(name: str, eqn: Any) -> bool:

@@ -105,6 +105,10 @@ class Emitter(Protocol):
     def custom_jvp(self, eqn: Any) -> ast.expr | None:
         """A `jax.custom_jvp` def with its rule for the function `eqn` calls, if the trace has it."""
 
+    def rewrote(self, name: str) -> None:
+        """The rule took the rewrite `name` (see `render.rules.REWRITES`): same bits under jit,
+        not the same equation."""
+
 
 class Flat:
     """The capabilities of an emitter that writes no nested defs: rules fall back to flat forms."""
@@ -118,4 +122,7 @@ class Flat:
         return True
 
     def custom_jvp(self, eqn: Any) -> ast.expr | None:
+        return None
+
+    def rewrote(self, name: str) -> None:
         return None

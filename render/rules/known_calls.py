@@ -69,7 +69,9 @@ _KNOWN_CALLS: dict[str, str] = {
     "inv": "jnp.linalg.inv", "solve": "jnp.linalg.solve", "pinv": "jnp.linalg.pinv",
     "cholesky": "jnp.linalg.cholesky", "eigh": "jnp.linalg.eigh", "eigvalsh": "jnp.linalg.eigvalsh",
     "logsumexp": "jax.nn.logsumexp", "softmax": "jax.nn.softmax", "log_softmax": "jax.nn.log_softmax",
-    "standardize": "jax.nn.standardize",
+    "standardize": "jax.nn.standardize", "_take": "jnp.take", "_var": "jnp.var", "_std": "jnp.std",
+    "_mean": "jnp.mean", "_cumsum": "jnp.cumsum", "_cumprod": "jnp.cumprod", "sort": "jnp.sort",
+    "argsort": "jnp.argsort",
 }
 
 
@@ -93,7 +95,33 @@ def _variants(eqn: Any) -> list[Variant]:
         return [((), ())] + [((), (("k", k),)) for k in (1, -1, 2, -2)]
     if name == "clip":  # torch.clamp(x, max=m) is jnp.clip(x, max=m): the bound is no `min`
         return [((), ()), (("max",), ())]
+    name = (name or "").lstrip("_")
+    if name in ("take", "var", "std", "mean", "cumsum", "cumprod", "sort", "argsort") and body is not None:
+        axes = [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
+        keeps: tuple[tuple, ...] = ((), (("keepdims", True),))
+        if name in ("var", "std"):  # `ddof` is an operand of the jit
+            return [(("ddof",), (*static, *keep)) for _, static in axes for keep in keeps]
+        if name == "mean":
+            return [((), (*static, *keep)) for _, static in axes for keep in keeps]
+        if name in ("sort", "argsort"):
+            return [((), (*static, *order)) for _, static in axes for order in ((), (("descending", True),))]
+        return axes
     return [((), ())]
+
+
+def _body_axes(jaxpr: Any) -> list[Any]:
+    """The axes a reduction's body works along, as `axis=` takes them (`0`, `(1, 2)`)."""
+    found: list[Any] = []
+    for inner in jaxpr.eqns:
+        axis = inner.params.get("axis", inner.params["dimension"] if inner.primitive.name == "sort" else None)
+        axes = inner.params.get("axes", (axis,) if axis is not None else None)
+        if inner.primitive.name == "gather":
+            axes = tuple(inner.params["dimension_numbers"].collapsed_slice_dims)
+        if axes:
+            axis = axes[0] if len(axes) == 1 else tuple(axes)
+            if axis not in found:
+                found.append(axis)
+    return found
 
 
 def known_call(eqn: Any, args: list[ast.expr]) -> ast.expr | None:
@@ -105,7 +133,7 @@ def known_call(eqn: Any, args: list[ast.expr]) -> ast.expr | None:
             if staged is not None and same_eqn(staged, eqn):
                 split = len(args) - len(names)
                 keywords = [ast.keyword(n, a) for n, a in zip(names, args[split:])]
-                return call(path, args[:split], keywords + [kw(k, v) for k, v in static])
+                return call(path, args[:split], [kw(k, v) for k, v in static] + keywords)
     return None
 
 
@@ -243,16 +271,16 @@ def same_eqn(staged: Any, eqn: Any) -> bool:
     traced = iter(range(len(staged.invars)))
     for mine, theirs in zip(eqn.invars, other.invars):
         if isinstance(mine, Literal):
-            if not isinstance(theirs, Literal) or not _same_literal(mine, theirs):
+            if not isinstance(theirs, Literal) or not same_literal(mine, theirs):
                 return False
         elif isinstance(theirs, Literal) or positions.get(theirs) != next(traced):
             return False
     if [v.aval for v in other.outvars] != [v.aval for v in eqn.outvars]:
         return False
-    return _same_params(other.params, eqn.params)
+    return same_params(other.params, eqn.params)
 
 
-def _same_literal(a: Any, b: Any) -> bool:
+def same_literal(a: Any, b: Any) -> bool:
     values = np.asarray(a.val), np.asarray(b.val)
     return a.aval.dtype == b.aval.dtype and np.array_equal(*values, equal_nan=True)
 
@@ -263,7 +291,7 @@ def _same_literal(a: Any, b: Any) -> bool:
 _RULE_PARAMS = frozenset({"jvp_jaxpr_fun", "fwd_jaxpr_thunk", "bwd", "out_trees"})
 
 
-def _same_params(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_params(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if set(a) != set(b):
         return False
     if _RULE_PARAMS & set(a) and function_source(a["call_jaxpr"]) != function_source(b["call_jaxpr"]):
@@ -283,6 +311,8 @@ def same_value(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if isinstance(a, (np.ndarray, jax.Array)) or isinstance(b, (np.ndarray, jax.Array)):
         return np.shape(a) == np.shape(b) and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # a NaN `fill_value`
     try:
         return bool(a == b)
     except Exception:
@@ -304,16 +334,16 @@ def same_jaxpr(a: Any, b: Any) -> bool:
         for x, y in zip(ea.invars, eb.invars):
             if isinstance(x, Literal) != isinstance(y, Literal):
                 return False
-            if isinstance(x, Literal) and not _same_literal(x, y):
+            if isinstance(x, Literal) and not same_literal(x, y):
                 return False
             if not isinstance(x, Literal) and env.get(x) is not y:
                 return False
-        if not _same_params(ea.params, eb.params) or [v.aval for v in ea.outvars] != [
+        if not same_params(ea.params, eb.params) or [v.aval for v in ea.outvars] != [
             v.aval for v in eb.outvars
         ]:
             return False
         env.update(zip(ea.outvars, eb.outvars))
     return all(
-        (_same_literal(x, y) if isinstance(x, Literal) else env.get(x) is y)
+        (same_literal(x, y) if isinstance(x, Literal) else env.get(x) is y)
         for x, y in zip(a.outvars, b.outvars)
     ) and len(a.outvars) == len(b.outvars)

@@ -19,6 +19,7 @@ from render.rules._core import (
     kw,
     literal,
     registrar,
+    rewritten,
 )
 from render.rules.emitter import Emitter
 
@@ -35,19 +36,51 @@ def _dot_general(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     default = p["preferred_element_type"] is not None and np.dtype(p["preferred_element_type"]) == _dtype(a)
     if (
         p["precision"] is None and p.get("out_sharding") is None and _is_traced(a) and _is_traced(b)
-        and _promotes_to_itself(eqn) and _is_matmul(a.aval.shape, b.aval.shape, contract_a, contract_b,
-                                                  batch_a, batch_b)
+        and _promotes_to_itself(eqn)
     ):
-        if default and out_dtype == _dtype(a):
-            return ast.BinOp(args[0], ast.MatMult(), args[1])
-        if p["preferred_element_type"] is not None and _dtype(a) != np.bool_:
-            return call("jnp.matmul", args, [kw("preferred_element_type", p["preferred_element_type"])])
+        for flip_a, flip_b in ((False, False), (False, True), (True, False)):
+            shape_a, ca, ba = _transposed(a.aval.shape, contract_a, batch_a, flip_a)
+            shape_b, cb, bb = _transposed(b.aval.shape, contract_b, batch_b, flip_b)
+            if shape_a is None or shape_b is None or not _is_matmul(shape_a, shape_b, ca, cb, ba, bb):
+                continue
+            left, right = _flip(args[0], a, flip_a), _flip(args[1], b, flip_b)
+            if default and out_dtype == _dtype(a):
+                node: ast.expr = ast.BinOp(left, ast.MatMult(), right)
+            elif p["preferred_element_type"] is not None and _dtype(a) != np.bool_ and not (flip_a or flip_b):
+                # (bfloat16 accumulated in float32 through a transpose: not the same bits, so no rewrite)
+                keywords = [kw("preferred_element_type", p["preferred_element_type"])]
+                node = call("jnp.matmul", [left, right], keywords)
+            else:
+                break
+            return rewritten("matmul_transposed", node, emitter) if flip_a or flip_b else node
     keywords = [kw("precision", p["precision"], emitter)] if p["precision"] is not None else []
     keywords.append(kw("preferred_element_type", p["preferred_element_type"]))
     if p.get("out_sharding") is not None:
         return exact(eqn, args, emitter)
     numbers = literal(((tuple(contract_a), tuple(contract_b)), (tuple(batch_a), tuple(batch_b))))
     return call("lax.dot_general", [*args, numbers], keywords)
+
+
+def _transposed(shape: Sequence[int], contract: Sequence[int], batch: Sequence[int], flip: bool) -> tuple[
+    Any, tuple[int, ...], tuple[int, ...]
+]:
+    """Shape and dimension numbers of an operand seen through `.T` (2-d) or `.mT` (the last two
+    axes swapped); a None shape when the operand has fewer than two axes."""
+    if not flip:
+        return tuple(shape), tuple(contract), tuple(batch)
+    n = len(shape)
+    if n < 2:
+        return None, (), ()
+    swap = {n - 2: n - 1, n - 1: n - 2}
+    new_shape = list(shape)
+    new_shape[-2], new_shape[-1] = shape[-1], shape[-2]
+    return tuple(new_shape), tuple(swap.get(d, d) for d in contract), tuple(swap.get(d, d) for d in batch)
+
+
+def _flip(node: ast.expr, var: Any, flip: bool) -> ast.expr:
+    if not flip:
+        return node
+    return ast.Attribute(node, "T" if len(var.aval.shape) == 2 else "mT", ast.Load())
 
 
 def _is_matmul(shape_a: Sequence[int], shape_b: Sequence[int], ca: Sequence[int], cb: Sequence[int],
@@ -60,6 +93,8 @@ def _is_matmul(shape_a: Sequence[int], shape_b: Sequence[int], ca: Sequence[int]
         return not ba and not bb and tuple(ca) == (na - 1,) and tuple(cb) == (max(nb - 2, 0),) and (
             na <= 2 and nb <= 2
         )
+    if nb == 2 and na > 2:  # a stack of rows times one matrix: no batch dimensions
+        return not ba and not bb and tuple(ca) == (na - 1,) and tuple(cb) == (0,)
     if na != nb or tuple(shape_a[:-2]) != tuple(shape_b[:-2]):
         return False
     batch = tuple(range(na - 2))
@@ -74,7 +109,7 @@ def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
         kw("window_strides", tuple(p["window_strides"])),
         kw("padding", tuple(tuple(x) for x in p["padding"])),
         *[kw(k, tuple(p[k])) for k in ("lhs_dilation", "rhs_dilation") if tuple(p[k]) != ones],
-        kw("dimension_numbers", p["dimension_numbers"], emitter),
+        kw("dimension_numbers", _conv_layout(p["dimension_numbers"]) or p["dimension_numbers"], emitter),
         *_non_default(p, {"feature_group_count": 1, "batch_group_count": 1}),
     ]
     if p["precision"] is not None:
@@ -84,6 +119,20 @@ def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if p.get("out_sharding") is not None:
         return exact(eqn, args, emitter)
     return call("lax.conv_general_dilated", args, keywords)
+
+
+_SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
+
+
+def _conv_layout(numbers: Any) -> tuple[str, str, str] | None:
+    """`("NCHW", "OIHW", "NCHW")`, the strings a person writes, for torch's layout (every spec in
+    order); lax turns them back into the same `ConvDimensionNumbers`."""
+    specs = (numbers.lhs_spec, numbers.rhs_spec, numbers.out_spec)
+    n = len(numbers.lhs_spec)
+    if n - 2 not in _SPATIAL or any(tuple(s) != tuple(range(n)) for s in specs):
+        return None
+    spatial = _SPATIAL[n - 2]
+    return f"NC{spatial}", f"OI{spatial}", f"NC{spatial}"
 
 
 @rule("fft")

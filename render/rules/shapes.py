@@ -45,9 +45,9 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
         shape[d] == n for d, n in zip(dims, in_shape)
     ) and dims == tuple(sorted(dims)) and all(shape[d] == 1 for d in range(len(shape)) if d not in dims):
         return _new_axes(args[0], shape, dims)
-    if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and (
-        in_shape == shape[len(shape) - len(in_shape):]
-    ):
+    if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and all(
+        n in (1, m) for n, m in zip(in_shape, shape[len(shape) - len(in_shape):])
+    ):  # numpy broadcasting: size-1 axes stretched, new axes in front
         return call("jnp.broadcast_to", [args[0], literal(shape)])
     return call("lax.broadcast_in_dim", [args[0], literal(shape), literal(dims)])
 
@@ -103,6 +103,8 @@ def _transpose(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     perm = tuple(eqn.params["permutation"])
     if perm == (1, 0):
         return ast.Attribute(args[0], "T", ast.Load())
+    if len(perm) > 2 and perm == (*range(len(perm) - 2), len(perm) - 1, len(perm) - 2):
+        return ast.Attribute(args[0], "mT", ast.Load())  # the last two axes swapped
     if perm == tuple(range(len(perm))):
         return args[0]  # jax binds nothing for an identity permutation
     return call("jnp.transpose", [args[0], literal(perm)])
@@ -250,6 +252,8 @@ def _iota(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if p.get("sharding") is not None:
         return exact(eqn, args, emitter)
     shape = tuple(p["shape"])
-    if len(shape) == 1:
+    if len(shape) == 1:  # `jnp.arange` binds this very iota for an integer or float dtype
+        if np.dtype(p["dtype"]).kind in "iuf":
+            return call("jnp.arange", [_number(shape[0])], [ast.keyword("dtype", dtype_expr(p["dtype"]))])
         return call("lax.iota", [dtype_expr(p["dtype"]), _number(shape[0])])
     return call("lax.broadcasted_iota", [dtype_expr(p["dtype"]), literal(shape), _number(p["dimension"])])

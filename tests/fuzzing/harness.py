@@ -22,7 +22,8 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, DebugInfo, DropVar, Jaxpr, Literal, Var
 
-from render.rules import Flat, atom_expr, render_eqn
+from render.rules import Flat, atom_expr, fuse, render_eqn
+from render.rules.idioms import live
 
 PRELUDE = "import jax\nimport jax.numpy as jnp\nfrom jax import lax\nimport numpy as np\n"
 
@@ -48,10 +49,16 @@ class FlatEmitter(Flat):
     """`render.rules.Emitter` for tests: flat bodies (no nested defs), names `v0`, `v1`, ..., constants
     in `namespace`."""
 
-    def __init__(self, ns: dict[str, Any], counter: Iterator[int] | None = None) -> None:
+    def __init__(self, ns: dict[str, Any], counter: Iterator[int] | None = None,
+                 rewrites: list[str] | None = None) -> None:
         self.namespace = ns
         self.counter = counter if counter is not None else itertools.count()
         self.body: list[ast.stmt] = []
+        self.rewrites: list[str] = rewrites if rewrites is not None else []
+        """The `REWRITES` the rules took (shared with nested defs): not the same equations, the same bits."""
+
+    def rewrote(self, name: str) -> None:
+        self.rewrites.append(name)
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self.counter)}"
@@ -63,7 +70,7 @@ class FlatEmitter(Flat):
 
     def function(self, jaxpr: Any, hint: str) -> ast.expr:
         name = self.fresh(f"{_identifier(hint)}_")
-        self.body.append(build_def(name, jaxpr, self.namespace, self.counter))
+        self.body.append(build_def(name, jaxpr, self.namespace, self.counter, rewrites=self.rewrites))
         return _name(name)
 
     def inline(self, jaxpr: Any, args: list[ast.expr], hint: str) -> list[ast.expr]:
@@ -74,7 +81,12 @@ class FlatEmitter(Flat):
     def emit(self, jaxpr: Jaxpr, inputs: Sequence[ast.expr]) -> list[ast.expr]:
         """Append one statement per equation of `jaxpr`; return expressions for its outputs."""
         env: dict[Any, ast.expr] = dict(zip([*jaxpr.constvars, *jaxpr.invars], inputs))
-        for eqn in jaxpr.eqns:
+        wanted = {v for v in jaxpr.outvars if isinstance(v, Var)}
+        eqns = fuse(list(jaxpr.eqns), list(jaxpr.outvars))
+        steps = live(list(jaxpr.eqns), wanted) - live(eqns, wanted)  # inside an idiom's run
+        for index, eqn in enumerate(eqns):
+            if index in steps:
+                continue
             args = [literal_arg(v) if isinstance(v, Literal) else env[v] for v in eqn.invars]
             value = render_eqn(eqn, args, self)
             names = ["_" if isinstance(v, DropVar) else self.fresh() for v in eqn.outvars]
@@ -105,7 +117,8 @@ def _returned(outs: list[ast.expr]) -> ast.expr:
 
 
 def build_def(
-    name: str, jaxpr: Any, ns: dict[str, Any], counter: Iterator[int], consts_as_params: bool = False
+    name: str, jaxpr: Any, ns: dict[str, Any], counter: Iterator[int], consts_as_params: bool = False,
+    rewrites: list[str] | None = None,
 ) -> ast.FunctionDef:
     """`def name(a0, a1, ...)` computing a (closed) jaxpr.
 
@@ -114,7 +127,7 @@ def build_def(
     constant at every use.
     """
     closed = jaxpr if isinstance(jaxpr, ClosedJaxpr) else ClosedJaxpr(jaxpr, ())
-    inner = FlatEmitter(ns, counter)
+    inner = FlatEmitter(ns, counter, rewrites)
     if consts_as_params:
         const_params = [inner.fresh("c") for _ in closed.jaxpr.constvars]
         consts: list[ast.expr] = [_name(p) for p in const_params]
@@ -134,20 +147,22 @@ class Rendered:
 
     source: str
     fn: Callable[..., Any]
+    rewrites: list[str] = field(default_factory=list)
 
 
 def render_function(jaxpr: Any, name: str = "f", consts_as_params: bool = False) -> Rendered:
     """Render a (closed) jaxpr as `def f(...)` and exec it."""
     ns = namespace()
-    definition = build_def(name, jaxpr, ns, itertools.count(), consts_as_params)
-    return _compile(definition, ns)
+    rewrites: list[str] = []
+    definition = build_def(name, jaxpr, ns, itertools.count(), consts_as_params, rewrites)
+    return _compile(definition, ns, rewrites)
 
 
-def _compile(definition: ast.FunctionDef, ns: dict[str, Any]) -> Rendered:
+def _compile(definition: ast.FunctionDef, ns: dict[str, Any], rewrites: list[str]) -> Rendered:
     module = ast.fix_missing_locations(ast.Module([definition], []))
     source = ast.unparse(module)
     exec(compile(source, f"<rendered {definition.name}>", "exec"), ns)
-    return Rendered(source, ns[definition.name])
+    return Rendered(source, ns[definition.name], rewrites)
 
 
 # -- one equation ------------------------------------------------------------------------------------
@@ -167,7 +182,8 @@ def render_eqn_function(eqn: Any) -> Rendered:
     value = render_eqn(eqn, args, emitter)
     body = [*emitter.body, ast.Return(value)]
     arguments = ast.arguments([], [ast.arg(p) for p in params.values()], None, [], [], None, [])
-    return _compile(ast.FunctionDef(name="f", args=arguments, body=body, decorator_list=[]), ns)
+    definition = ast.FunctionDef(name="f", args=arguments, body=body, decorator_list=[])
+    return _compile(definition, ns, emitter.rewrites)
 
 
 def single_eqn_jaxpr(eqn: Any) -> Jaxpr:
@@ -199,9 +215,14 @@ class Check:
     def primitive(self) -> str:
         return self.eqn.primitive.name
 
+    @property
+    def rewrites(self) -> list[str]:
+        return self.rendered.rewrites
+
 
 def check_structure(eqn: Any) -> Check:
-    """Render `eqn` alone and prove it re-traces to the very same equation."""
+    """Render `eqn` alone and prove it re-traces to the very same equation (or, for a form in
+    `render.rules.REWRITES`, that it traces: `check_numbers` then holds it to the same bits)."""
     rendered = render_eqn_function(eqn)
     original = single_eqn_jaxpr(eqn)
     context = f"{eqn.primitive.name} rendered as:\n{rendered.source}"
@@ -210,7 +231,7 @@ def check_structure(eqn: Any) -> Check:
     except Exception as error:
         raise AssertionError(f"{context}\ndoes not trace: {type(error).__name__}: {error}") from error
     elided = is_elided_identity(eqn, original, retraced.jaxpr)
-    if not elided:
+    if not elided and not rendered.rewrites:
         problem = jaxpr_difference(original, retraced.jaxpr)
         if problem:
             raise AssertionError(f"{context}\nre-traces differently: {problem}\n{retraced}")
@@ -355,13 +376,15 @@ def _jaxprs(value: Any) -> list[Any]:
 
 
 def jaxpr_difference(a: Jaxpr, b: Jaxpr, where: str = "", elide: bool = False) -> str | None:
-    """None if `b` is `a` up to var names (and `jit` names); else where they first differ.
+    """None if `b` is `a` up to var names (and `jit` names) and the order of independent
+    equations (see `in_dataflow_order`); else where they first differ.
 
     With `elide`, an identity equation of `a` (see `IDENTITY_PRIMITIVES`) may be missing
     from `b`, its output standing for its operand.
     """
     if len(a.invars) + len(a.constvars) != len(b.invars) + len(b.constvars):
         return f"{where}: {len(a.constvars)}+{len(a.invars)} inputs vs {len(b.constvars)}+{len(b.invars)}"
+    a, b = in_dataflow_order(a), in_dataflow_order(b)
     env: dict[Any, Any] = {}
     for x, y in zip([*a.constvars, *a.invars], [*b.constvars, *b.invars]):
         if x.aval != y.aval:
@@ -389,6 +412,29 @@ def jaxpr_difference(a: Jaxpr, b: Jaxpr, where: str = "", elide: bool = False) -
         if problem:
             return f"{where}: output {problem}"
     return None
+
+
+def in_dataflow_order(jaxpr: Jaxpr) -> Jaxpr:
+    """`jaxpr` with its equations in the order a walk from its outputs meets them (operands
+    first, in order), the rest after in their own order: two jaxprs that compute the same
+    values the same way, in different orders (an idiom stages its run together), compare equal."""
+    made = {v: e for e in jaxpr.eqns for v in e.outvars if isinstance(v, Var)}
+    order: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(v: Any) -> None:
+        eqn = made.get(v) if isinstance(v, Var) else None
+        if eqn is None or id(eqn) in seen:
+            return
+        seen.add(id(eqn))
+        for operand in eqn.invars:
+            visit(operand)
+        order.append(eqn)
+
+    for v in jaxpr.outvars:
+        visit(v)
+    order += [e for e in jaxpr.eqns if id(e) not in seen]
+    return jaxpr.replace(eqns=order)
 
 
 def is_identity(eqn: Any) -> bool:

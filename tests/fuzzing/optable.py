@@ -27,7 +27,8 @@ from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 
 from fuzzing.catalog import CASES  # noqa: E402
 from fuzzing.harness import Seen, check_program  # noqa: E402
-from render.rules import Flat, render_eqn  # noqa: E402
+from render.rules import REWRITES, Flat, render_eqn  # noqa: E402
+from render.rules.idioms import PATTERNS  # noqa: E402
 
 DOC = ROOT / "docs" / "ops.md"
 TABLE_HEADER = "| primitive | rendered as | tested |"
@@ -165,6 +166,29 @@ def markdown(result: Survey) -> str:
         "  `custom_linear_solve`, `fft`, `cholesky`, `svd`, ...) render as `<primitive>.bind(...)`,",
         "  jaxpr params rebuilt with `jax.make_jaxpr`.",
         "",
+        "## Rewrites: the same bits under `jax.jit`, not the same equation",
+        "",
+        "An export promises what torchax computed, bit for bit under `jax.jit`.  These forms",
+        "re-trace to other equations than the ones they render, and are exact for the reason given;",
+        "`tests/fuzzing/rewrites.py` proves each on jitted outputs with -0.0, NaN, +-inf and",
+        "denormals among the inputs (`render.rules.REWRITES` is the list; a rule that takes one",
+        "says so, and the fuzzer then holds that program to its bits alone).",
+        "",
+        "| rewrite | why it is exact |",
+        "| --- | --- |",
+        *[f"| `{name}` | {_cell(why)} |" for name, why in REWRITES.items()],
+        "",
+        "## Idioms: runs of equations written as the `jnp` expression that stages them",
+        "",
+        "`render.rules.idioms` replaces a run of equations by one expression when tracing that",
+        "expression stages the very same equations, wired the same way (checked each time, never",
+        "assumed), and nothing else reads the values made inside the run.  So these are exact in",
+        "the strict sense: the export re-traces to the same primitives and params.",
+        "",
+        "| run ends in | written as |",
+        "| --- | --- |",
+        *[f"| {names} | {_cell(' '.join((fn.__doc__ or '').split()))} |" for names, fn in _idioms()],
+        "",
         "## Aten ops and the primitives they produced",
         "",
         "Nested primitives (inside a `jit` body, say) are listed under the aten op that made the",
@@ -196,6 +220,14 @@ def markdown(result: Survey) -> str:
         lines += ["", "Cases whose rendering failed the check:", ""]
         lines += [f"- `{name}`: {_cell(reason)}" for name, reason in sorted(result.failed.items())]
     return "\n".join(lines) + "\n"
+
+
+def _idioms() -> list[tuple[str, Any]]:
+    """Each pattern of `render.rules.idioms`, with the primitives that end its runs."""
+    by_fn: dict[Any, list[str]] = {}
+    for name, fn in PATTERNS.items():
+        by_fn.setdefault(fn, []).append(f"`{name}`")
+    return [(", ".join(names), fn) for fn, names in by_fn.items()]
 
 
 def _cell(text: str) -> str:

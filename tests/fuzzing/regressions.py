@@ -57,6 +57,25 @@ REGRESSIONS: dict[str, Program] = {
     "clamp_max_only": program(
         [((3, 4), F32)], "v1 = torch.clamp(v0, max=0.5)", "v2 = torch.clamp(v1, min=-0.5)"
     ),
+    # Idioms (`render.rules.idioms`): each run of equations written as the one jnp expression that
+    # stages it, re-traced to the same equations (in dataflow order) and the same bits.
+    "idiom_indexing": program(
+        [((6, 4), F32)],
+        "v1 = v0[torch.tensor([0, -1, 2])]",
+        "v2 = v0[:, torch.tensor([1, -3])]",
+        "v3 = v1[:, 2] + v2[1:4, 0]",
+    ),
+    "idiom_index_put": program(
+        [((6, 4), F32)],
+        "v1 = v0.index_put((torch.tensor([1, -2]),), v0[:2] * 2.0)",
+        "v2 = v1.index_put((torch.tensor([0, 0]),), v1[:2], accumulate=True)",
+    ),
+    "idiom_mean_softmax_repeat": program(
+        [((2, 3, 5), F32)],
+        "v1 = v0 - v0.mean(-1, keepdim=True)",
+        "v2 = torch.softmax(v1, -1)",
+        "v3 = v2.repeat_interleave(2, dim=1)",
+    ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(
         [((3, 4), I64), ((3, 4), BOOL)],

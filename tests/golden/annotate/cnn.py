@@ -18,19 +18,21 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
         x = self.pool(F.relu(self.bn1(self.conv1(x))))
-        # conv1_x = lax.conv_general_dilated(
-        #     x,
-        #     params["conv1"]["weight"],
-        #     window_strides=(1, 1),
-        #     padding=((1, 1), (1, 1)),
-        #     dimension_numbers=jax.lax.ConvDimensionNumbers(
-        #         lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
-        #     ),
-        # ) + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
-        # bn1 = (conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1))) * lax.rsqrt(
-        #     jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05
-        # ) * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1)) + jnp.reshape(
-        #     params["bn1"]["bias"], (1, 16, 1, 1)
+        # conv1_x = (
+        #     lax.conv_general_dilated(
+        #         x,
+        #         params["conv1"]["weight"],
+        #         window_strides=(1, 1),
+        #         padding=((1, 1), (1, 1)),
+        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        #     )
+        #     + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
+        # )
+        # bn1 = (
+        #     (conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1)))
+        #     * lax.rsqrt(jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05)
+        #     * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1))
+        #     + jnp.reshape(params["bn1"]["bias"], (1, 16, 1, 1))
         # )
         # x_1 = lax.reduce_window(
         #     jax.nn.relu(bn1),
@@ -40,19 +42,21 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         x = self.pool(F.relu(self.bn2(self.conv2(x))))
-        # conv2_x = lax.conv_general_dilated(
-        #     x_1,
-        #     params["conv2"]["weight"],
-        #     window_strides=(1, 1),
-        #     padding=((1, 1), (1, 1)),
-        #     dimension_numbers=jax.lax.ConvDimensionNumbers(
-        #         lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)
-        #     ),
-        # ) + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
-        # bn2 = (conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1))) * lax.rsqrt(
-        #     jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05
-        # ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
-        #     params["bn2"]["bias"], (1, 32, 1, 1)
+        # conv2_x = (
+        #     lax.conv_general_dilated(
+        #         x_1,
+        #         params["conv2"]["weight"],
+        #         window_strides=(1, 1),
+        #         padding=((1, 1), (1, 1)),
+        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        #     )
+        #     + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
+        # )
+        # bn2 = (
+        #     (conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1)))
+        #     * lax.rsqrt(jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05)
+        #     * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1))
+        #     + jnp.reshape(params["bn2"]["bias"], (1, 32, 1, 1))
         # )
         # x_2 = lax.reduce_window(
         #     jax.nn.relu(bn2),
@@ -62,17 +66,9 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         features = self.global_pool(x).flatten(1)
-        # features = jnp.reshape(jnp.sum(x_2, axis=(3, 2))[..., None, None] / 16.0, (2, 32))
+        # features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (2, 32))
         return self.fc(features)
-        # return (
-        #     lax.dot_general(
-        #         features,
-        #         params["fc"]["weight"],
-        #         (((1,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     )
-        #     + params["fc"]["bias"][None]
-        # )
+        # return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
 
 
 def example():

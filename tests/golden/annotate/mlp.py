@@ -15,40 +15,17 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
         h = F.gelu(self.fc1(x))
-        # fc1_x = (
-        #     lax.dot_general(
-        #         x,
-        #         params["fc1"]["weight"],
-        #         (((1,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     )
-        #     + params["fc1"]["bias"][None]
-        # )
+        # fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"][None]
         # h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
         h = self.norm(h + F.relu(self.fc2(h)))
-        # fc2_h = (
-        #     lax.dot_general(
-        #         h,
-        #         params["fc2"]["weight"],
-        #         (((1,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     )
-        #     + params["fc2"]["bias"][None]
-        # )
-        # h_1 = h + jax.nn.relu(fc2_h) * 1.0
-        # h_2 = (h_1 - jnp.sum(h_1, axis=1)[:, None] / 64.0) * lax.rsqrt(
-        #     jax.jit(_var)(h_1, 0) + 1e-05
+        # relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"][None])
+        # h_1 = h + relu
+        # h_2 = (
+        #     (h_1 - jnp.mean(h_1, axis=1, keepdims=True))
+        #     * lax.rsqrt(jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05)
         # ) * params["norm"]["weight"][None] + params["norm"]["bias"][None]
         return self.head(h)
-        # return (
-        #     lax.dot_general(
-        #         h_2,
-        #         params["head"]["weight"],
-        #         (((1,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     )
-        #     + params["head"]["bias"][None]
-        # )
+        # return h_2 @ params["head"]["weight"].T + params["head"]["bias"][None]
 
 
 def example():

@@ -16,24 +16,8 @@ class Expert(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def expert_forward(params, x)  ×4
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        # w1_x = lax.dot_general(
-        #     x,
-        #     params["w1"]["weight"],
-        #     (((1,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )  ×4
-        # w3_x = lax.dot_general(
-        #     x,
-        #     params["w3"]["weight"],
-        #     (((1,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )
-        # return lax.dot_general(
-        #     jax.nn.silu(w1_x) * w3_x,
-        #     params["w2"]["weight"],
-        #     (((1,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )
+        # silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)  ×4
+        # return silu @ params["w2"]["weight"].T
 
 
 class MoE(nn.Module):
@@ -45,47 +29,20 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
         tokens = x.reshape(-1, x.shape[-1])  # tokens = jnp.reshape(x, (12, 32))
-        logits = self.router(tokens)
-        # logits = lax.dot_general(
-        #     tokens,
-        #     params["router"]["weight"],
-        #     (((1,), (1,)), ((), ())),
-        #     preferred_element_type=jnp.float32,
-        # )
+        logits = self.router(tokens)  # logits = tokens @ params["router"]["weight"].T
         topk_logits, topk_idx = torch.topk(logits, self.top_k, dim=-1)
         # logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
-        # topk_logits = jax.jit(_sort)(logits_1)
-        # topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
-        topk_w = F.softmax(topk_logits, dim=-1)
-        # softmax_topk_logits = jnp.exp(
-        #     topk_logits
-        #     - lax.stop_gradient(jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None])
+        # topk_logits = jnp.sort(logits_1, axis=1, descending=True)
+        # topk_idx = jnp.take_along_axis(
+        #     logits_2, jnp.argsort(topk_logits, axis=1, descending=True)
         # )
-        # topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
+        topk_w = F.softmax(topk_logits, dim=-1)  # topk_w = jax.nn.softmax(topk_logits, axis=1)
         # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.
         weights = torch.zeros_like(logits).scatter(1, topk_idx, topk_w)
-        # scatter = lax.broadcast_in_dim(
-        #     jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1)
-        # )
-        # weights = lax.scatter(
-        #     jnp.zeros((12, 4), jnp.float32),
-        #     jnp.concatenate(
-        #         [
-        #             lax.select(scatter < 0, scatter + 12, scatter)[..., None],
-        #             lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
-        #         ],
-        #         axis=2,
-        #     ),
-        #     topk_w,
-        #     jax.lax.ScatterDimensionNumbers(
-        #         update_window_dims=(),
-        #         inserted_window_dims=(0, 1),
-        #         scatter_dims_to_operand_dims=(0, 1),
-        #         operand_batching_dims=(),
-        #         scatter_indices_batching_dims=(),
-        #     ),
-        #     mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
-        # )
+        # weights = jnp.zeros((12, 4), jnp.float32).at[
+        #     jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
+        #     topk_idx,
+        # ].set(topk_w)
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)
         # expert_out = lax.stack(
         #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1

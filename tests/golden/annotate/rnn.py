@@ -19,8 +19,8 @@ class ElmanCell(nn.Module):
     def forward(self, x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         # jax: def elman_cell_forward(params, x_t, h)  ×5
         return torch.tanh(x_t @ self.weight_ih.T + h @ self.weight_hh.T + self.bias)
-        # x_t_matmul_T = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T * 1.0  ×5
-        # return jnp.tanh(x_t_matmul_T + (params["bias"] * 1.0)[None])
+        # bias = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"][None]  ×5
+        # return jnp.tanh(bias)
 
 
 class SequenceModel(nn.Module):
@@ -35,22 +35,11 @@ class SequenceModel(nn.Module):
         h = x.new_zeros(x.shape[0], self.hidden_size)  # h = jnp.zeros((2, 32), jnp.float32)
         outputs = []
         for t in range(x.shape[1]):
-            h = self.cell(x[:, t], h)
-            # x_t = jnp.squeeze(x[:, :1], axis=1)  ×5
-            # h_1 = elman_cell_forward(params["cell"], x_t, h)
+            h = self.cell(x[:, t], h)  # h = elman_cell_forward(params["cell"], x_t, h)  ×5
             outputs.append(h)
-        hidden_states = torch.stack(outputs, dim=1)
-        # hidden_states = lax.stack([h_1, h_2, h_3, h_4, h_5], axis=1)
+        hidden_states = torch.stack(outputs, dim=1)  # hidden_states = lax.stack(outputs, axis=1)
         return self.head(hidden_states)
-        # return (
-        #     lax.dot_general(
-        #         hidden_states,
-        #         params["head"]["weight"],
-        #         (((2,), (1,)), ((), ())),
-        #         preferred_element_type=jnp.float32,
-        #     )
-        #     + params["head"]["bias"][None, None]
-        # )
+        # return hidden_states @ params["head"]["weight"].T + params["head"]["bias"][None, None]
 
 
 def example():

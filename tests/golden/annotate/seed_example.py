@@ -5,12 +5,12 @@ import torch
 
 def my_mathy_thing(weight, hidden):  # jax: def my_mathy_thing(weight, hidden)
     def other_math(a, b):  # jax: def other_math(a, b)
-        return (a + b) @ (a * b)  # return (a + b * 1.0) @ (a * b)
+        return (a + b) @ (a * b)  # return (a + b) @ (a * b)
 
     activation = torch.matmul(weight, hidden)  # activation = weight @ hidden
     output = torch.sin(activation) + other_math(weight, hidden)
-    # output = jnp.sin(activation) + other_math(weight, hidden) * 1.0
-    return output + hidden  # return output + hidden * 1.0
+    # output = jnp.sin(activation) + other_math(weight, hidden)
+    return output + hidden  # return output + hidden
 
 
 def example():

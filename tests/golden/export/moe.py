@@ -1,7 +1,6 @@
 """JAX for samples/moe.py: MoE, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they
-were then.
+Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they were then.
 
 Call it:
 
@@ -11,9 +10,10 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `experts.0.w1.weight` is `params["experts"][0]["w1"]["weight"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
-respect to the float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
+float leaves of `params`, or pass `allow_int=True`).
 """
+
 
 import jax
 import jax.numpy as jnp
@@ -23,98 +23,33 @@ from jax import lax
 def forward(params, x):
     """`MoE.forward`, moe.py:28."""
     tokens = jnp.reshape(x, (12, 32))
-    logits = lax.dot_general(
-        tokens,
-        params["router"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    )
+    logits = tokens @ params["router"]["weight"].T
     logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
-    topk_logits = jax.jit(_sort)(logits_1)
-    topk_idx = jnp.take_along_axis(logits_2, jax.jit(_argsort)(topk_logits))
-    softmax_topk_logits = jnp.exp(
-        topk_logits
-        - lax.stop_gradient(
-            jnp.maximum(-jnp.inf, jnp.max(topk_logits, axis=1))[:, None]
-        )
-    )
-    topk_w = softmax_topk_logits / jnp.sum(softmax_topk_logits, axis=1)[:, None]
-    scatter = lax.broadcast_in_dim(
-        jnp.reshape(lax.iota(jnp.int32, 12), (12, 1)), (12, 2), (0, 1)
-    )
-    weights = lax.scatter(
-        jnp.zeros((12, 4), jnp.float32),
-        jnp.concatenate(
-            [
-                lax.select(scatter < 0, scatter + 12, scatter)[..., None],
-                lax.select(topk_idx < 0, topk_idx + 4, topk_idx)[..., None],
-            ],
-            axis=2,
-        ),
-        topk_w,
-        jax.lax.ScatterDimensionNumbers(
-            update_window_dims=(),
-            inserted_window_dims=(0, 1),
-            scatter_dims_to_operand_dims=(0, 1),
-            operand_batching_dims=(),
-            scatter_indices_batching_dims=(),
-        ),
-        mode=jax.lax.GatherScatterMode.FILL_OR_DROP,
-    )
-    expert_out = lax.stack(
-        [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
-    )
+    topk_logits = jnp.sort(logits_1, axis=1, descending=True)
+    topk_idx = jnp.take_along_axis(logits_2, jnp.argsort(topk_logits, axis=1, descending=True))
+    topk_w = jax.nn.softmax(topk_logits, axis=1)
+    weights = jnp.zeros((12, 4), jnp.float32).at[
+        jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
+        topk_idx,
+    ].set(topk_w)
+    expert_out = lax.stack([expert_forward(expert, tokens) for expert in params["experts"]], axis=1)
     out = lax.dot_general(
-        weights,
-        expert_out,
-        (((1,), (1,)), ((0,), (0,))),
-        preferred_element_type=jnp.float32,
+        weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
     )
     return jnp.reshape(out, (2, 6, 32))
 
 
 def expert_forward(params, x):
     """`Expert.forward`, moe.py:17, for 4 calls: `experts.0` ... `experts.3`."""
-    w1_x = lax.dot_general(
-        x,
-        params["w1"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    )
-    w3_x = lax.dot_general(
-        x,
-        params["w3"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    )
-    return lax.dot_general(
-        jax.nn.silu(w1_x) * w3_x,
-        params["w2"]["weight"],
-        (((1,), (1,)), ((), ())),
-        preferred_element_type=jnp.float32,
-    )
-
-
-def _sort(x):
-    return lax.rev(lax.sort(x, dimension=1, is_stable=True), (1,))
-
-
-def _argsort(x):
-    _, argsort = lax.sort(
-        (lax.rev(x, (1,)), lax.rev(lax.broadcasted_iota(jnp.int32, (12, 2), 1), (1,))),
-        dimension=1,
-        is_stable=True,
-        num_keys=1,
-    )
-    return lax.rev(argsort, (1,))
+    silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)
+    return silu @ params["w2"]["weight"].T
 
 
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
-    traced (int64 -> int32 unless x64 is enabled); pass the module to include
-    non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
+    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
     """
     import torch
 
@@ -123,18 +58,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    path = f"{prefix}.{name}" if prefix else name
-                    tensors.setdefault(path, value)
+                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
     else:
         tensors = dict(model)
-    params = {}
+    params, state = {}, {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        node = params
+        tree = params
+        node = tree
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -143,10 +78,9 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
     if not isinstance(node, dict):
         return node
-    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
-    if keys == list(range(len(node))):
+    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

@@ -23,32 +23,19 @@ from jax import lax
 def forward(params, x):
     """`SequenceModel.forward`, rnn.py:30."""
     h = jnp.zeros((2, 32), jnp.float32)
-    x_t = jnp.squeeze(x[:, :1], axis=1)
-    h_1 = elman_cell_forward(params["cell"], x_t, h)
-    x_t_1 = jnp.squeeze(x[:, 1:2], axis=1)
-    h_2 = elman_cell_forward(params["cell"], x_t_1, h_1)
-    x_t_2 = jnp.squeeze(x[:, 2:3], axis=1)
-    h_3 = elman_cell_forward(params["cell"], x_t_2, h_2)
-    x_t_3 = jnp.squeeze(x[:, 3:4], axis=1)
-    h_4 = elman_cell_forward(params["cell"], x_t_3, h_3)
-    x_t_4 = jnp.squeeze(x[:, 4:], axis=1)
-    h_5 = elman_cell_forward(params["cell"], x_t_4, h_4)
-    hidden_states = lax.stack([h_1, h_2, h_3, h_4, h_5], axis=1)
-    return (
-        lax.dot_general(
-            hidden_states,
-            params["head"]["weight"],
-            (((2,), (1,)), ((), ())),
-            preferred_element_type=jnp.float32,
-        )
-        + params["head"]["bias"][None, None]
-    )
+    outputs = []
+    for t in range(5):
+        x_t = x[:, t]
+        h = elman_cell_forward(params["cell"], x_t, h)
+        outputs.append(h)
+    hidden_states = lax.stack(outputs, axis=1)
+    return hidden_states @ params["head"]["weight"].T + params["head"]["bias"][None, None]
 
 
 def elman_cell_forward(params, x_t, h):
     """`ElmanCell.forward`, rnn.py:19, for 5 calls of `cell`."""
-    x_t_matmul_T = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T * 1.0
-    return jnp.tanh(x_t_matmul_T + (params["bias"] * 1.0)[None])
+    bias = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"][None]
+    return jnp.tanh(bias)
 
 
 def load_params(model):

@@ -18,10 +18,10 @@ import jax.numpy as jnp
 def my_mathy_thing(weight, hidden):
     """`my_mathy_thing`, seed_example.py:6."""
     activation = weight @ hidden
-    output = jnp.sin(activation) + other_math(weight, hidden) * 1.0
-    return output + hidden * 1.0
+    output = jnp.sin(activation) + other_math(weight, hidden)
+    return output + hidden
 
 
 def other_math(a, b):
     """`my_mathy_thing.<locals>.other_math`, seed_example.py:7."""
-    return (a + b * 1.0) @ (a * b)
+    return (a + b) @ (a * b)

@@ -1,0 +1,395 @@
+"""Idioms: a run of equations that one `jnp` expression stages, written as that expression.
+
+torchax lowers `freqs_cis[input_pos]` to `freqs_cis[input_pos]` in `jnp`, which stages an
+index wrap (`lt`, `add`, `select_n`), a `broadcast_in_dim` and a `gather`; `k_out[:, :, pos] = k`
+to `.at[...].set(...)`; `x.mean(-1, keepdim=True)` to `jnp.mean`.  `fuse` finds such runs and
+replaces each by one `idiom` equation whose rule writes the expression (`x[i]`, `x.at[:, i].set(v)`).
+
+A match is checked, never assumed: a candidate expression (built from the last equation's
+params by the pattern for its primitive, below) is traced on its operands' types, and the
+equations it stages must be the run's equations, the same primitives with the same params wired
+the same way.  So an idiom computes what the run computed, equation for equation; the values
+the run made on the way (the wrapped index) must be used by nothing else.
+
+**To add an idiom**: write a function `(eqn, producer) -> [(code, operands), ...]` proposing
+candidate expressions over `_0`, `_1`, ... for runs ending in `eqn`, and register it in
+`PATTERNS` under the primitive that ends the run; `tests/test_ops.py` and the fuzzer prove
+every fused program the same way as single equations.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.extend.core import Literal, Primitive, Var
+
+from render.rules._core import Rule, _is_traced, registrar, rewritten
+from render.rules.emitter import Emitter
+from render.rules.known_calls import same_literal, same_params
+
+RULES: dict[str, Rule] = {}
+rule = registrar(RULES)
+
+IDIOM = Primitive("idiom")
+"""The primitive of a fused run; `params["code"]` is the expression over `_0`, `_1`, ..."""
+IDIOM.multiple_results = False
+
+Producer = Callable[[Any], "Any | None"]
+"""The equation that made a value (None for an input, a literal or a value made elsewhere)."""
+
+
+class Candidate(NamedTuple):
+    """An expression over `_0`, `_1`, ... standing for `operands`, to be traced and matched."""
+
+    code: str
+    operands: list[Any]
+    writes: str | None = None
+    """What to write instead of `code` when it is a rewrite (`_0 @ _1` for torchax's flattened matmul)."""
+    rewrite: str | None = None
+    """The `REWRITES` entry that says why `writes` computes `code`'s bits under jit."""
+
+
+@rule("idiom")
+def _idiom(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    tree = ast.parse(eqn.params["code"], mode="eval").body
+    rewrite = eqn.params.get("rewrite")
+
+    class Fill(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            if node.id.startswith("_") and node.id[1:].isdigit():
+                return args[int(node.id[1:])]
+            return node
+
+    node = Fill().visit(tree)
+    return rewritten(rewrite, node, emitter) if rewrite else node
+
+
+# -- patterns ----------------------------------------------------------------------------------------
+
+# Index preparation jnp stages before a gather or scatter: the wrap of negative indices, the
+# broadcasts and reshapes that line several index arrays up, their casts.
+_INDEX_PREP = frozenset({"lt", "add", "select_n", "broadcast_in_dim", "reshape", "concatenate",
+                         "convert_element_type", "jit"})
+
+
+def _index_leaves(var: Any, producer: Producer) -> list[list[Any]]:
+    """The index arrays behind a gather's or scatter's `indices` operand, in order: those found
+    walking back through all of jnp's index preparation, and (when they differ) the indices that
+    go into its wraps of negative values (`select_n(i < 0, i, i + n)`)."""
+    greedy: list[Any] = []
+    wrapped: list[Any] = []
+
+    def walk(v: Any) -> None:
+        if not _is_traced(v):
+            return
+        eqn = producer(v)
+        name = eqn.primitive.name if eqn is not None else None
+        wrap = name == "select_n" or name == "jit" and eqn.params.get("name") == "_where"
+        if wrap:
+            raw = eqn.invars[-2] if name == "select_n" else eqn.invars[-1]
+            if raw not in wrapped:
+                wrapped.append(raw)
+        if eqn is None or eqn.primitive.name not in _INDEX_PREP or (eqn.primitive.name == "jit" and not wrap):
+            if v not in greedy:
+                greedy.append(v)
+            return
+        for operand in eqn.invars:
+            walk(operand)
+
+    walk(var)
+    return [greedy] if wrapped == greedy or not wrapped else [greedy, wrapped]
+
+
+def _subscript(ndim: int, axes: tuple[int, ...], first: int) -> str:
+    """`:, _1, _2` for index arrays `_first`, ... at `axes` (consecutive) of an `ndim` array."""
+    items = [":"] * ndim
+    for k, axis in enumerate(axes):
+        items[axis] = f"_{first + k}"
+    while items and items[-1] == ":" and len(items) > max(axes, default=0) + 1:
+        items.pop()
+    return ", ".join(items)
+
+
+def _gather(eqn: Any, producer: Producer) -> list[Candidate]:
+    """`x[i]`, `x[:, :, i]`, `x[i, j]`: the index wrap (`i + n` where `i < 0`), the broadcasts and
+    the `gather` (mode `PROMISE_IN_BOUNDS`) jnp stages for integer-array indexing."""
+    x, indices = eqn.invars
+    if not _is_traced(x):
+        return []
+    axes = tuple(eqn.params["dimension_numbers"].start_index_map)
+    if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
+        return []
+    code = f"_0[{_subscript(x.aval.ndim, axes, 1)}]"
+    return [(code, [x, *leaves]) for leaves in _index_leaves(indices, producer) if len(leaves) == len(axes)]
+
+
+_AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "scatter-mul": "multiply",
+               "scatter_mul": "multiply", "scatter-min": "min", "scatter_min": "min",
+               "scatter-max": "max", "scatter_max": "max"}
+_UPDATE_PREP = frozenset({"broadcast_in_dim", "reshape", "convert_element_type"})
+
+
+def _scatter(eqn: Any, producer: Producer) -> list[Candidate]:
+    """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
+    broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
+    x, indices, updates = eqn.invars
+    if not _is_traced(x):
+        return []
+    axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
+    if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
+        return []
+    index = _subscript(x.aval.ndim, axes, 1)
+    method = _AT_METHODS[eqn.primitive.name]
+    candidates = []
+    for leaves in _index_leaves(indices, producer):
+        for value in _update_values(updates, producer) if len(leaves) == len(axes) else ():
+            code = f"_0.at[{index}].{method}(_{len(leaves) + 1})"
+            candidates.append((code, [x, *leaves, value]))
+    return candidates
+
+
+def _update_values(updates: Any, producer: Producer) -> Iterator[Any]:
+    """The value a scatter writes, as given (`updates` itself first, then before jnp's broadcasts)."""
+    seen = updates
+    while True:
+        if _is_traced(seen):
+            yield seen
+        eqn = producer(seen) if _is_traced(seen) else None
+        if eqn is None or eqn.primitive.name not in _UPDATE_PREP:
+            return
+        seen = eqn.invars[0]
+
+
+def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
+    """`x[:, :, 0]` for the slice and squeeze jnp stages for an integer index."""
+    (sliced,) = eqn.invars
+    source = producer(sliced) if _is_traced(sliced) else None
+    dims = tuple(eqn.params["dimensions"])
+    if source is None or source.primitive.name != "slice" or len(dims) != 1:
+        return []
+    x = source.invars[0]
+    starts, limits = source.params["start_indices"], source.params["limit_indices"]
+    if source.params["strides"] is not None:
+        return []
+    items = [
+        ":" if (a, b) == (0, n) else f"{a or ''}:{b if b != n else ''}"
+        for a, b, n in zip(starts, limits, x.aval.shape)
+    ]
+    items[dims[0]] = str(starts[dims[0]])
+    while items[-1] == ":":
+        items.pop()
+    return [(f"_0[{', '.join(items)}]", [x])]
+
+
+def _axis(axes: tuple[int, ...]) -> str:
+    return str(axes[0]) if len(axes) == 1 else str(tuple(axes))
+
+
+def _div(eqn: Any, producer: Producer) -> list[Candidate]:
+    """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division."""
+    numerator, denominator = eqn.invars
+    candidates = []
+    top = producer(numerator) if _is_traced(numerator) else None
+    if top is not None and top.primitive.name == "broadcast_in_dim" and _is_traced(top.invars[0]):
+        top = producer(top.invars[0])
+    if top is not None and top.primitive.name == "reduce_sum" and isinstance(denominator, Literal):
+        axes = tuple(top.params["axes"])
+        keep = ", keepdims=True" if eqn.outvars[0].aval.ndim == top.invars[0].aval.ndim else ""
+        candidates.append((f"jnp.mean(_0, axis={_axis(axes)}{keep})", [top.invars[0]]))
+    exp = producer(numerator) if _is_traced(numerator) else None
+    shifted = producer(exp.invars[0]) if exp is not None and exp.primitive.name == "exp" else None
+    if shifted is not None and shifted.primitive.name == "sub" and _is_traced(shifted.invars[0]):
+        total = producer(denominator) if _is_traced(denominator) else None
+        while total is not None and total.primitive.name == "broadcast_in_dim":
+            total = producer(total.invars[0])
+        if total is not None and total.primitive.name == "reduce_sum":
+            axes = tuple(total.params["axes"])
+            candidates.append((f"jax.nn.softmax(_0, axis={_axis(axes)})", [shifted.invars[0]]))
+    return candidates
+
+
+def _broadcast(eqn: Any, producer: Producer) -> list[Candidate]:
+    """`x[None, None, i]`: jnp gathers, then puts the new axes in front."""
+    (value,) = eqn.invars
+    source = producer(value) if _is_traced(value) else None
+    new = eqn.outvars[0].aval.ndim - value.aval.ndim if _is_traced(value) else 0
+    if source is None or source.primitive.name != "gather" or new <= 0:
+        return []
+    prefix = "_0[" + "None, " * new
+    return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, producer)]
+
+
+def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
+    """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`.  And
+    `a @ b` for the matmul torchax flattens to one batch axis and back (the rewrite
+    `matmul_unflattened`)."""
+    (value,) = eqn.invars
+    source = producer(value) if _is_traced(value) else None
+    if source is not None and source.primitive.name == "dot_general":
+        return _unflattened_matmul(eqn, source, producer)
+    if source is None or source.primitive.name != "broadcast_in_dim" or not _is_traced(source.invars[0]):
+        return []
+    shape, wide = tuple(source.invars[0].aval.shape), tuple(source.params["shape"])
+    new = [d for d in range(len(wide)) if d not in source.params["broadcast_dimensions"]]
+    if len(new) != 1 or new[0] == 0 or len(wide) != len(shape) + 1:
+        return []
+    axis = new[0] - 1
+    return [(f"jnp.repeat(_0, {wide[new[0]]}, axis={axis})", [source.invars[0]])]
+
+
+def _unflattened_matmul(eqn: Any, dot: Any, producer: Producer) -> list[Candidate]:
+    flat = [producer(v) if _is_traced(v) else None for v in dot.invars]
+    if any(e is None or e.primitive.name != "reshape" or not _is_traced(e.invars[0]) for e in flat):
+        return []
+    a, b = (e.invars[0] for e in flat)
+    sa, sb, out = tuple(a.aval.shape), tuple(b.aval.shape), tuple(eqn.outvars[0].aval.shape)
+    if len(sa) < 3 or sa[:-2] != sb[:-2] or len(sb) != len(sa) or out != (*sa[:-1], sb[-1]):
+        return []
+    shapes = [tuple(e.params["new_sizes"]) for e in flat]
+    reference = f"jnp.reshape(jnp.reshape(_0, {shapes[0]}) @ jnp.reshape(_1, {shapes[1]}), {out})"
+    return [Candidate(reference, [a, b], "_0 @ _1", "matmul_unflattened")]
+
+
+PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
+    "gather": _gather,
+    "broadcast_in_dim": _broadcast,
+    "reshape": _reshape,
+    **dict.fromkeys(_AT_METHODS, _scatter),
+    "squeeze": _squeeze,
+    "div": _div,
+}
+
+
+# -- matching ----------------------------------------------------------------------------------------
+
+_NAMESPACE = {"jax": jax, "jnp": jnp, "lax": lax}
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage(code: str, avals: tuple[tuple[tuple[int, ...], Any, bool], ...]) -> Any:
+    """The jaxpr `code` stages on operands of these types, or None when it does not trace."""
+    params = ", ".join(f"_{i}" for i in range(len(avals)))
+    fn = eval(f"lambda {params}: {code}", dict(_NAMESPACE))  # noqa: S307  (our own candidate code)
+    structs = [jax.ShapeDtypeStruct(shape, dtype, weak_type=weak) for shape, dtype, weak in avals]
+    try:
+        return jax.make_jaxpr(fn)(*structs).jaxpr
+    except Exception:  # the candidate does not apply to these operands
+        return None
+
+
+def _aval_key(var: Any) -> tuple[tuple[int, ...], Any, bool]:
+    return tuple(var.aval.shape), var.aval.dtype, bool(var.aval.weak_type)
+
+
+def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], operands: list[Any],
+          together: Callable[[int, int], bool]) -> set[int] | None:
+    """The equations (by index) ending in `eqns[terminal]` that `staged` is, wired the same way
+    with its inputs standing for `operands`; None when they differ anywhere."""
+    if staged.constvars or len(staged.outvars) != len(eqns[terminal].outvars):
+        return None
+    inputs = dict(zip(staged.invars, operands))
+    made_in = {v: e for e in staged.eqns for v in e.outvars}
+    mapping: dict[Any, Any] = {}
+    visited: dict[int, int] = {}
+
+    def same(sv: Any, ov: Any) -> bool:
+        if isinstance(sv, Literal) or isinstance(ov, Literal):
+            return isinstance(sv, Literal) and isinstance(ov, Literal) and same_literal(sv, ov)
+        if sv in inputs:
+            return inputs[sv] is ov
+        if sv in mapping:
+            return mapping[sv] is ov
+        mapping[sv] = ov
+        se, oi = made_in.get(sv), made_by.get(ov)
+        if se is None or oi is None:
+            return False
+        oe = eqns[oi]
+        if se.outvars.index(sv) != oe.outvars.index(ov):
+            return False
+        if id(se) in visited:
+            return visited[id(se)] == oi
+        visited[id(se)] = oi
+        if (
+            se.primitive != oe.primitive or len(se.invars) != len(oe.invars) or oe.effects
+            or not together(oi, terminal)
+            or [v.aval for v in se.outvars] != [v.aval for v in oe.outvars]
+            or not same_params(se.params, oe.params)
+        ):
+            return False
+        return all(same(x, y) for x, y in zip(se.invars, oe.invars))
+
+    if not all(same(s, o) for s, o in zip(staged.outvars, eqns[terminal].outvars)):
+        return None
+    if made_in.get(staged.outvars[0]) is None or visited.get(id(made_in[staged.outvars[0]])) != terminal:
+        return None
+    if len(visited) != len(staged.eqns):
+        return None
+    return set(visited.values())
+
+
+def fuse(
+    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True
+) -> list[Any]:
+    """`eqns` with each run an idiom writes replaced by one `idiom` equation (at the run's last
+    equation's place; the run's other equations are left for dead-code elimination)."""
+    made_by = {v: i for i, e in enumerate(eqns) for v in e.outvars if isinstance(v, Var)}
+    wanted = {v for v in outvars if isinstance(v, Var)}
+    alive = live(eqns, wanted)
+    uses: dict[Any, set[int]] = {}
+    for i, e in enumerate(eqns):
+        for v in e.invars if i in alive else ():
+            if isinstance(v, Var):
+                uses.setdefault(v, set()).add(i)
+
+    def producer(v: Any) -> Any:
+        i = made_by.get(v)
+        return eqns[i] if i is not None else None
+
+    runs: dict[int, tuple[Candidate, set[int]]] = {}
+    claimed: set[int] = set()
+    for i in range(len(eqns) - 1, -1, -1):
+        eqn = eqns[i]
+        pattern = PATTERNS.get(eqn.primitive.name)
+        if pattern is None or i in claimed or i not in alive or eqn.effects:
+            continue
+        for found in pattern(eqn, producer):
+            candidate = Candidate(*found)
+            if not all(isinstance(v, Var) for v in candidate.operands):
+                continue
+            operands = candidate.operands
+            staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
+            run = match(staged, i, eqns, made_by, operands, together) if staged is not None else None
+            if run is not None:  # runs may share values (one index wrap for two gathers)
+                runs[i] = (candidate, run)
+                claimed |= run
+                break
+    changed = True
+    while changed:  # a value made inside a run and read outside every run keeps the run apart
+        changed = False
+        inside = set().union(*(run for _, run in runs.values())) if runs else set()
+        for i, (_, run) in list(runs.items()):
+            made = {v for j in run - {i} for v in eqns[j].outvars}
+            if any(v in wanted or uses.get(v, set()) - inside for v in made):
+                del runs[i]
+                changed = True
+    fused = list(eqns)
+    for i, (candidate, _) in runs.items():
+        params = {"code": candidate.writes or candidate.code, "rewrite": candidate.rewrite}
+        fused[i] = eqns[i].replace(primitive=IDIOM, invars=list(candidate.operands), params=params)
+    return fused
+
+
+def live(eqns: list[Any], wanted: set[Any]) -> set[int]:
+    """The equations whose values reach `wanted` (or that have effects)."""
+    needed, found = set(wanted), set()
+    for i in range(len(eqns) - 1, -1, -1):
+        if eqns[i].effects or any(v in needed for v in eqns[i].outvars):
+            found.add(i)
+            needed.update(v for v in eqns[i].invars if isinstance(v, Var))
+    return found
