@@ -104,10 +104,9 @@ class Transformer(nn.Module):
             #     layer, layer_state, x, input_pos, freqs_cis, mask
             # )  ×2
         return self.output(self.norm(x))
-        # return (
-        #     rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T,
-        #     {"layers": new_layer_states},
-        # )
+        # return rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T, {
+        #     "layers": new_layer_states
+        # }
 
 
 class TransformerBlock(nn.Module):
@@ -183,10 +182,13 @@ class Attention(nn.Module):
         k = k.repeat_interleave(groups, dim=1)  # k_5 = jnp.repeat(k_4, 2, axis=1)  ×2
         v = v.repeat_interleave(groups, dim=1)  # v_4 = jnp.repeat(v_3, 2, axis=1)  ×2
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
-        # y = jax.nn.softmax(
-        #     q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
-        #     axis=3,
-        # ) @ v_4  ×2
+        # y = (
+        #     jax.nn.softmax(
+        #         q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
+        #         axis=3,
+        #     )
+        #     @ v_4
+        # )  ×2
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
         # y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
         return self.wo(y)

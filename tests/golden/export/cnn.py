@@ -1,6 +1,13 @@
 """JAX for samples/cnn.py: SmallCNN, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,3,16,16]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2,3,16,16]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`x.shape[0]`; `x.shape[2]`; `x.shape[3]`.
+
+Fixed sizes: `x.shape[1]` = 3: the torch code fails at x.shape[1] = 6
+(conv_general_dilated lhs feature dimension size divided by feature_group_count must
+equal the rhs in).
 
 Call it:
 
@@ -10,10 +17,9 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `bn1.num_batches_tracked` is `params["bn1"]["num_batches_tracked"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax
 import jax.numpy as jnp
@@ -22,21 +28,19 @@ from jax import lax
 
 def forward(params, x):
     """`SmallCNN.forward`, cnn.py:19."""
-    conv1_x = (
-        lax.conv_general_dilated(
-            x,
-            params["conv1"]["weight"],
-            window_strides=(1, 1),
-            padding=((1, 1), (1, 1)),
-            dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        )
-        + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
-    )
+    conv1_x = lax.conv_general_dilated(
+        x,
+        params["conv1"]["weight"],
+        window_strides=(1, 1),
+        padding=((1, 1), (1, 1)),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+    ) + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
     bn1 = (
-        (conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1)))
-        * lax.rsqrt(jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05)
-        * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1))
-        + jnp.reshape(params["bn1"]["bias"], (1, 16, 1, 1))
+        conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1))
+    ) * lax.rsqrt(
+        jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05
+    ) * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1)) + jnp.reshape(
+        params["bn1"]["bias"], (1, 16, 1, 1)
     )
     x_1 = lax.reduce_window(
         jax.nn.relu(bn1),
@@ -45,21 +49,19 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    conv2_x = (
-        lax.conv_general_dilated(
-            x_1,
-            params["conv2"]["weight"],
-            window_strides=(1, 1),
-            padding=((1, 1), (1, 1)),
-            dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        )
-        + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
-    )
+    conv2_x = lax.conv_general_dilated(
+        x_1,
+        params["conv2"]["weight"],
+        window_strides=(1, 1),
+        padding=((1, 1), (1, 1)),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+    ) + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
     bn2 = (
-        (conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1)))
-        * lax.rsqrt(jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05)
-        * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1))
-        + jnp.reshape(params["bn2"]["bias"], (1, 32, 1, 1))
+        conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1))
+    ) * lax.rsqrt(
+        jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05
+    ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
+        params["bn2"]["bias"], (1, 32, 1, 1)
     )
     x_2 = lax.reduce_window(
         jax.nn.relu(bn2),
@@ -68,15 +70,16 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (2, 32))
+    features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (x.shape[0], 32))
     return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
 
 
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -85,18 +88,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {}, {}
+    params = {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = params
-        node = tree
+        node = params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -105,9 +108,10 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

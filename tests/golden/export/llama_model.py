@@ -1,7 +1,12 @@
-"""JAX for samples/llama_model.py: Transformer, exported by jaxside from one traced run (torchax).
+"""JAX for samples/llama_model.py: Transformer, exported by jaxside from one traced run
+(torchax).
 
-Traced with idx: int32[1,8], input_pos: int32[8]; shapes and non-tensor inputs are baked in as
+Traced with idx: int32[1,8], input_pos: int32[8]; non-tensor inputs are baked in as
 they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`idx.shape[0]` (and the same size in 4 state buffers); `idx.shape[1]` =
+`input_pos.shape[0]`.
 
 Call it:
 
@@ -9,21 +14,21 @@ Call it:
     outputs, new_state = forward(params, state, idx, input_pos)
 
 `params` nests the torch tensors by their dotted names, numbered children as lists:
-`layers.0.feed_forward.w1.weight` is `params["layers"][0]["feed_forward"]["w1"]["weight"]`.
+`layers.0.feed_forward.w1.weight` is
+`params["layers"][0]["feed_forward"]["w1"]["weight"]`.
 
-State: the buffers the torch code writes in place are explicit. `state` holds their values
-(`layers.*.attention.kv_cache.k_cache`, `layers.*.attention.kv_cache.v_cache`, listed in
-`STATE_BUFFERS`); the new values come back as `new_state`, the same tree. Nothing is mutated.
+State: the buffers the torch code writes in place are explicit. `state` holds their
+values (`layers.*.attention.kv_cache.k_cache`, `layers.*.attention.kv_cache.v_cache`,
+listed in `STATE_BUFFERS`); the new values come back as `new_state`, the same tree.
+Nothing is mutated.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-
 
 STATE_BUFFERS = (
     "layers.*.attention.kv_cache.k_cache",
@@ -34,6 +39,10 @@ STATE_BUFFERS = (
 
 def forward(params, state, idx, input_pos):
     """`Transformer.forward`, llama_model.py:90."""
+    if input_pos.shape[0] != idx.shape[1]:
+        raise ValueError(
+            "input_pos.shape[0] must equal idx.shape[1] (see the docstring)"
+        )
     freqs_cis = params["freqs_cis"][input_pos]
     mask = params["causal_mask"][None, None, input_pos]
     x = jnp.take(params["tok_embeddings"]["weight"], idx, axis=0)
@@ -43,10 +52,9 @@ def forward(params, state, idx, input_pos):
             layer, layer_state, x, input_pos, freqs_cis, mask
         )
         new_layer_states.append(new_layer_state)
-    return (
-        rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T,
-        {"layers": new_layer_states},
-    )
+    return rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T, {
+        "layers": new_layer_states
+    }
 
 
 def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask):
@@ -91,39 +99,49 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
 
     Shared by 2 calls: `layers.0.attention` ... `layers.1.attention`.
     """
+    bsz, seqlen, _ = x.shape
     wqkv_x = x @ params["wqkv"]["weight"].T
     q = wqkv_x[:, :, :64]
     k = wqkv_x[:, :, 64:96]
     v = wqkv_x[:, :, 96:]
-    q_1 = jnp.reshape(q, (1, 8, 4, 16))
-    k_1 = jnp.reshape(k, (1, 8, 2, 16))
-    v_1 = jnp.reshape(v, (1, 8, 2, 16))
+    q_1 = jnp.reshape(q, (bsz, seqlen, 4, 16))
+    k_1 = jnp.reshape(k, (bsz, seqlen, 2, 16))
+    v_1 = jnp.reshape(v, (bsz, seqlen, 2, 16))
     q_2 = apply_rotary_emb(q_1, freqs_cis)
     k_2 = apply_rotary_emb(k_1, freqs_cis)
     q_3 = jnp.transpose(q_2, (0, 2, 1, 3))
     k_3 = jnp.transpose(k_2, (0, 2, 1, 3))
     v_2 = jnp.transpose(v_1, (0, 2, 1, 3))
-    (k_4, v_3), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k_3, v_2)
+    (k_4, v_3), new_kv_cache_state = kv_cache_update(
+        state["kv_cache"], input_pos, k_3, v_2
+    )
     k_5 = jnp.repeat(k_4, 2, axis=1)
     v_4 = jnp.repeat(v_3, 2, axis=1)
-    y = jax.nn.softmax(
-        q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)), axis=3
-    ) @ v_4
-    y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))
+    y = (
+        jax.nn.softmax(
+            q_3 @ k_5.mT * 0.25
+            + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)),
+            axis=3,
+        )
+        @ v_4
+    )
+    y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
     return y_1 @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
 
 
 def apply_rotary_emb(x, freqs_cis):
     """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
-    pairs = jnp.reshape(x, (1, 8, x.shape[2], 8, 2))
+    pairs = jnp.reshape(x, (*x.shape[:3], 8, 2))
     x_re = pairs[:, :, :, :, 0]
     x_im = pairs[:, :, :, :, 1]
     cos = freqs_cis[:, :, 0][:, None]
     sin = freqs_cis[:, :, 1][:, None]
     cos_1 = cos[None]
     sin_1 = sin[None]
-    rotated = lax.stack([x_re * cos_1 - x_im * sin_1, x_im * cos_1 + x_re * sin_1], axis=4)
-    return jnp.reshape(rotated, (1, 8, x.shape[2], 16))
+    rotated = lax.stack(
+        [x_re * cos_1 - x_im * sin_1, x_im * cos_1 + x_re * sin_1], axis=4
+    )
+    return jnp.reshape(rotated, (*x.shape[:3], 16))
 
 
 def kv_cache_update(state, input_pos, k_val, v_val):
@@ -148,8 +166,9 @@ def feed_forward_forward(params, x):
 def load_params(model):
     """`params, state` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -158,7 +177,8 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
     params, state = {}, {}
@@ -168,8 +188,7 @@ def load_params(model):
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = state if _is_state(path) else params
-        node = tree
+        node = state if _is_state(path) else params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -178,10 +197,11 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
 
@@ -190,6 +210,8 @@ def _is_state(path):
     parts = path.split(".")
     for pattern in STATE_BUFFERS:
         keys = pattern.split(".")
-        if len(keys) == len(parts) and all(k in ("*", p) for k, p in zip(keys, parts)):
+        if len(keys) == len(parts) and all(
+            k in ("*", p) for k, p in zip(keys, parts, strict=True)
+        ):
             return True
     return False

@@ -1,6 +1,12 @@
 """JAX for samples/mlp.py: MLP, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[8,32]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[8,32]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`x.shape[0]`.
+
+Fixed sizes: `x.shape[1]` = 32: the torch code fails at x.shape[1] = 64 (Size of
+label 'a' for operand 1 (64) does not match previous terms (32).).
 
 Call it:
 
@@ -10,10 +16,9 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `norm.weight` is `params["norm"]["weight"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax
 import jax.numpy as jnp
@@ -26,9 +31,8 @@ def forward(params, x):
     h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
     relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"][None])
     h_1 = h + relu
-    h_2 = (
-        (h_1 - jnp.mean(h_1, axis=1, keepdims=True))
-        * lax.rsqrt(jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05)
+    h_2 = (h_1 - jnp.mean(h_1, axis=1, keepdims=True)) * lax.rsqrt(
+        jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05
     ) * params["norm"]["weight"][None] + params["norm"]["bias"][None]
     return h_2 @ params["head"]["weight"].T + params["head"]["bias"][None]
 
@@ -36,8 +40,9 @@ def forward(params, x):
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -46,18 +51,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {}, {}
+    params = {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = params
-        node = tree
+        node = params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -66,9 +71,10 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

@@ -1,6 +1,12 @@
 """JAX for samples/moe.py: MoE, exported by jaxside from one traced run (torchax).
 
-Traced with x: float32[2,6,32]; shapes and non-tensor inputs are baked in as they were then.
+Traced with x: float32[2,6,32]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`x.shape[0]`; `x.shape[1]`.
+
+Fixed sizes: `x.shape[2]` = 32: the torch code fails at x.shape[2] = 64 (Size of
+label 'a' for operand 1 (64) does not match previous terms (32).).
 
 Call it:
 
@@ -10,10 +16,9 @@ Call it:
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `experts.0.w1.weight` is `params["experts"][0]["w1"]["weight"]`.
 
-`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with respect to the
-float leaves of `params`, or pass `allow_int=True`).
+`forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
+respect to the float leaves of `params`, or pass `allow_int=True`).
 """
-
 
 import jax
 import jax.numpy as jnp
@@ -22,21 +27,33 @@ from jax import lax
 
 def forward(params, x):
     """`MoE.forward`, moe.py:28."""
-    tokens = jnp.reshape(x, (12, 32))
+    tokens = jnp.reshape(x, (x.shape[0] * x.shape[1], 32))
     logits = tokens @ params["router"]["weight"].T
     logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
     topk_logits = jnp.sort(logits_1, axis=1, descending=True)
-    topk_idx = jnp.take_along_axis(logits_2, jnp.argsort(topk_logits, axis=1, descending=True))
+    topk_idx = jnp.take_along_axis(
+        logits_2, jnp.argsort(topk_logits, axis=1, descending=True)
+    )
     topk_w = jax.nn.softmax(topk_logits, axis=1)
-    weights = jnp.zeros((12, 4), jnp.float32).at[
-        jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
+    weights = jnp.zeros((topk_idx.shape[0], 4), jnp.float32).at[
+        jnp.broadcast_to(
+            jnp.reshape(
+                jnp.arange(topk_idx.shape[0], dtype=jnp.int32), (topk_idx.shape[0], 1)
+            ),
+            (topk_idx.shape[0], 2),
+        ),
         topk_idx,
     ].set(topk_w)
-    expert_out = lax.stack([expert_forward(expert, tokens) for expert in params["experts"]], axis=1)
-    out = lax.dot_general(
-        weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
+    expert_out = lax.stack(
+        [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
     )
-    return jnp.reshape(out, (2, 6, 32))
+    out = lax.dot_general(
+        weights,
+        expert_out,
+        (((1,), (1,)), ((0,), (0,))),
+        preferred_element_type=jnp.float32,
+    )
+    return jnp.reshape(out, (*x.shape[:2], 32))
 
 
 def expert_forward(params, x):
@@ -48,8 +65,9 @@ def expert_forward(params, x):
 def load_params(model):
     """`params` for `forward` from the torch module (or its `state_dict`).
 
-    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX traced
-    (int64 -> int32 unless x64 is enabled); pass the module to include non-persistent buffers.
+    torch is imported here only. Every tensor becomes a `jnp` array of the dtype JAX
+    traced (int64 -> int32 unless x64 is enabled); pass the module to include
+    non-persistent buffers.
     """
     import torch
 
@@ -58,18 +76,18 @@ def load_params(model):
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
-                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+                    path = f"{prefix}.{name}" if prefix else name
+                    tensors.setdefault(path, value)
     else:
         tensors = dict(model)
-    params, state = {}, {}
+    params = {}
     for path, tensor in tensors.items():
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16:
             value = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
         else:
             value = jnp.asarray(tensor.numpy())
-        tree = params
-        node = tree
+        node = params
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
@@ -78,9 +96,10 @@ def load_params(model):
 
 
 def _lists(node):
-    """Dicts keyed 0..n-1 (a ModuleList) as lists, so `params["layers"][3]` reads naturally."""
+    """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    if node and all(k.isdigit() for k in node) and sorted(map(int, node)) == list(range(len(node))):
+    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}

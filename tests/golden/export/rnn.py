@@ -1,8 +1,13 @@
 """JAX for samples/rnn.py: SequenceModel, exported by jaxside from one traced run
 (torchax).
 
-Traced with x: float32[2,5,8]; shapes and non-tensor inputs are baked in as they were
-then.
+Traced with x: float32[2,5,8]; non-tensor inputs are baked in as they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`x.shape[0]`; `x.shape[1]`.
+
+Fixed sizes: `x.shape[2]` = 8: the torch code fails at x.shape[2] = 16 (unsupported
+operand type(s) for @: 'View' and 'Tensor').
 
 Call it:
 
@@ -22,19 +27,23 @@ from jax import lax
 
 def forward(params, x):
     """`SequenceModel.forward`, rnn.py:30."""
-    h = jnp.zeros((2, 32), jnp.float32)
+    h = jnp.zeros((x.shape[0], 32), jnp.float32)
     outputs = []
-    for t in range(5):
+    for t in range(x.shape[1]):
         x_t = x[:, t]
         h = elman_cell_forward(params["cell"], x_t, h)
         outputs.append(h)
     hidden_states = lax.stack(outputs, axis=1)
-    return hidden_states @ params["head"]["weight"].T + params["head"]["bias"][None, None]
+    return (
+        hidden_states @ params["head"]["weight"].T + params["head"]["bias"][None, None]
+    )
 
 
 def elman_cell_forward(params, x_t, h):
     """`ElmanCell.forward`, rnn.py:19, for 5 calls of `cell`."""
-    bias = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"][None]
+    bias = (
+        x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"][None]
+    )
     return jnp.tanh(bias)
 
 

@@ -10,7 +10,6 @@ Call it:
 `fwd` works under `jax.jit`, `jax.vmap` and `jax.grad`.
 """
 
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -18,9 +17,13 @@ from jax import lax
 
 def fwd(params, x):
     """`fwd`, jax_programs.py:201."""
+
     def layer(x, params):
         qkv, o = params
-        y = lax.dot_general(x, qkv, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16)
+        y = lax.dot_general(
+            x, qkv, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16
+        )
+
         def block(block_idx):
             query_block = lax.dynamic_slice(
                 y,
@@ -33,7 +36,9 @@ def fwd(params, x):
                 (4, 64, 2, 16),
                 allow_negative_indices=False,
             )
-            weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(jnp.bfloat16)
+            weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
+                jnp.bfloat16
+            )
             weights_1 = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
             bias = jnp.ones((64,), jnp.float32)
             bias_1 = jnp.broadcast_to(bias, (4, 64, 2, 64))
@@ -48,11 +53,15 @@ def fwd(params, x):
                 (0, 3, 1, 2),
             )
             return einsum.astype(jnp.bfloat16)
+
         blocked_attn = lax.map(block, jnp.arange(2, dtype=jnp.int32))
         y_1 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
         z = lax.dot_general(
             y_1, o, (((3, 2), (1, 0)), ((), ())), preferred_element_type=jnp.bfloat16
         )
         return z, None
-    x_1, _ = lax.scan(jax.checkpoint(layer, prevent_cse=False), x, (params[0], params[1]))
+
+    x_1, _ = lax.scan(
+        jax.checkpoint(layer, prevent_cse=False), x, (params[0], params[1])
+    )
     return x_1

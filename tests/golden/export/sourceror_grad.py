@@ -10,7 +10,6 @@ Call it:
 `grad_fn` works under `jax.jit`, `jax.vmap` and `jax.grad`.
 """
 
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -19,17 +18,23 @@ from jax import lax
 def grad_fn(params, x):
     """`grad_fn`, jax_programs.py:220."""
     loss, scan_layer = loss_fn(params, x)
-    grad_x = jnp.broadcast_to(lax.div(jnp.float32(1.0), jnp.float32(16384.0)), (4, 128, 32)).astype(
-        jnp.bfloat16
-    )
+    grad_x = jnp.broadcast_to(
+        lax.div(jnp.float32(1.0), jnp.float32(16384.0)), (4, 128, 32)
+    ).astype(jnp.bfloat16)
+
     def grad_layer(carry, xs):
         xs_0, xs_1, xs_2 = xs
+
         def grad_layer_1(xs_0, xs_1, xs_2, carry):
             y = lax.dot_general(
-                xs_0, xs_1, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16
+                xs_0,
+                xs_1,
+                (((2,), (2,)), ((), ())),
+                preferred_element_type=jnp.bfloat16,
             )
             bias = jnp.ones((64,), jnp.float32)
             bias_1 = jnp.broadcast_to(bias, (4, 64, 2, 64))
+
             def body(x):
                 dynamic_slice_in_dim_x = lax.select(x < 0, x + 128, x)
                 query_block = lax.dynamic_slice(
@@ -38,7 +43,9 @@ def grad_fn(params, x):
                     (4, 64, 2, 16),
                     allow_negative_indices=False,
                 )
-                weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(jnp.bfloat16)
+                weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
+                    jnp.bfloat16
+                )
                 weights_1 = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
                 weights_2 = weights_1.astype(jnp.float32)
                 weights_3 = weights_2 + bias_1
@@ -51,13 +58,16 @@ def grad_fn(params, x):
                     ),
                     (0, 3, 1, 2),
                 )
-                return einsum.astype(jnp.bfloat16), dynamic_slice_in_dim_x, weights_3, query_block
-            (
-                blocked_attn,
-                map_block,
-                map_block_1,
-                blocked_attn_1,
-            ) = lax.map(body, jnp.arange(2, dtype=jnp.int32))
+                return (
+                    einsum.astype(jnp.bfloat16),
+                    dynamic_slice_in_dim_x,
+                    weights_3,
+                    query_block,
+                )
+
+            blocked_attn, map_block, map_block_1, blocked_attn_1 = lax.map(
+                body, jnp.arange(2, dtype=jnp.int32)
+            )
             blocked_attn_2 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
             grad_einsum = jnp.transpose(
                 lax.dot_general(
@@ -69,11 +79,15 @@ def grad_fn(params, x):
                 (1, 2, 0),
             )
             grad_blocked_attn = lax.dot_general(
-                carry, xs_2, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16
+                carry,
+                xs_2,
+                (((2,), (2,)), ((), ())),
+                preferred_element_type=jnp.bfloat16,
             )
             grad_blocked_attn_1 = jnp.transpose(
                 jnp.reshape(grad_blocked_attn, (4, 2, 64, 2, 16)), (1, 0, 2, 3, 4)
             )
+
             def grad_body(carry, xs):
                 xs_0, xs_1, xs_2, xs_3 = xs
                 grad_einsum = xs_0.astype(jnp.float32)
@@ -108,6 +122,7 @@ def grad_fn(params, x):
                     allow_negative_indices=False,
                 )
                 return grad_dynamic_slice_in_dim_x, None
+
             grad_y, _ = lax.scan(
                 grad_body,
                 jnp.zeros((4, 128, 2, 16), jnp.bfloat16),
@@ -115,16 +130,24 @@ def grad_fn(params, x):
                 reverse=True,
             )
             grad_xs_1 = lax.dot_general(
-                grad_y, xs_0, (((0, 1), (0, 1)), ((), ())), preferred_element_type=jnp.bfloat16
+                grad_y,
+                xs_0,
+                (((0, 1), (0, 1)), ((), ())),
+                preferred_element_type=jnp.bfloat16,
             )
             grad_xs_0 = lax.dot_general(
-                grad_y, xs_1, (((2, 3), (0, 1)), ((), ())), preferred_element_type=jnp.bfloat16
+                grad_y,
+                xs_1,
+                (((2, 3), (0, 1)), ((), ())),
+                preferred_element_type=jnp.bfloat16,
             )
             return grad_xs_0, grad_xs_1, grad_einsum
+
         grad, grad_1, grad_2 = jax.checkpoint(grad_layer_1, prevent_cse=False)(
             xs_0, xs_1, xs_2, carry
         )
         return grad, (grad_1, grad_2)
+
     _, (grad_params_0, grad_params_1) = lax.scan(
         grad_layer, grad_x, (scan_layer, params[0], params[1]), reverse=True
     )
@@ -140,19 +163,25 @@ def loss_fn(params, x):
 
 def fwd(params, x):
     """`fwd`, jax_programs.py:201."""
+
     def call(x):
         bias = jnp.ones((64,), jnp.float32)
         bias_1 = jnp.broadcast_to(bias, (4, 64, 2, 64))
+
         def body(x):
             return lax.select(x < 0, x + 128, x)
+
         scan = lax.map(body, x)
         return bias_1, scan
+
     map_block, map_block_1 = call(jnp.arange(2, dtype=jnp.int32))
+
     def layer(carry, xs):
         xs_0, xs_1 = xs
         y = lax.dot_general(
             carry, xs_0, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16
         )
+
         def call(map_block_2, map_block_1_1, y):
             def body(x):
                 query_block = lax.dynamic_slice(
@@ -161,7 +190,9 @@ def fwd(params, x):
                     (4, 64, 2, 16),
                     allow_negative_indices=False,
                 )
-                weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(jnp.bfloat16)
+                weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
+                    jnp.bfloat16
+                )
                 weights_1 = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
                 weights_2 = weights_1.astype(jnp.float32)
                 weights_3 = weights_2 + map_block_2
@@ -175,13 +206,19 @@ def fwd(params, x):
                     (0, 3, 1, 2),
                 )
                 return einsum.astype(jnp.bfloat16)
+
             scan = lax.map(body, map_block_1_1)
             return scan
+
         blocked_attn = call(map_block, map_block_1, y)
         blocked_attn_1 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
         z = lax.dot_general(
-            blocked_attn_1, xs_1, (((3, 2), (1, 0)), ((), ())), preferred_element_type=jnp.bfloat16
+            blocked_attn_1,
+            xs_1,
+            (((3, 2), (1, 0)), ((), ())),
+            preferred_element_type=jnp.bfloat16,
         )
         return z, carry
+
     x_1, scan_layer = lax.scan(layer, x, (params[0], params[1]))
     return x_1, scan_layer
