@@ -14,10 +14,13 @@ SAMPLES = ROOT / "samples"
 
 
 def load_sample(name: str) -> ModuleType:
-    """Import `samples/<name>.py` under the module name `<name>` (once)."""
+    """Import `samples/<name>.py` under the module name `<name>` (once); a missing sample fails."""
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(SAMPLES / f"{name}.py"):
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SAMPLES / f"{name}.py")
+    path = SAMPLES / f"{name}.py"
+    if not path.is_file():
+        pytest.fail(f"missing sample {path}", pytrace=False)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
