@@ -1,8 +1,10 @@
-"""Shared test helpers: loading the bundled samples by path."""
+"""Shared test helpers: loading the bundled samples by path; judging generated defs."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -30,3 +32,11 @@ def load_sample(name: str) -> ModuleType:
 @pytest.fixture
 def sample():
     return load_sample
+
+
+def assert_defs_shared(text: str) -> None:
+    """No def is a numbered copy of another (`residual_block` and `residual_block_1`): calls of
+    one function share one def."""
+    names = [node.name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)]
+    copies = [n for n in names if (base := re.sub(r"_\d+$", "", n)) != n and base in names]
+    assert not copies and len(names) == len(set(names)), names
