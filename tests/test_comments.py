@@ -158,3 +158,19 @@ def test_a_long_comment_below_is_wrapped_under_its_indent():
     assert out[2] == "    # y = jnp.concatenate(" and out[-1].endswith("  ×3")
     code = " ".join(line.removeprefix("    # ") for line in out[2:]).removesuffix("  ×3")
     assert ast.dump(ast.parse(code)) == ast.dump(ast.parse(text))
+
+
+def test_a_line_with_a_comment_of_its_own_or_trailing_spaces_keeps_them():
+    source = "x = 1  # mine\ny = X   \nz = [\r2]\r"
+    notes = {1: Note(["x = 1"], 1), 2: Note(["y = X"], 1), 3: Note(["z = [2]"], 1)}
+    out = place(SourceMap(source), notes)
+    assert out == "x = 1  # mine\n# x = 1\ny = X     # y = X\nz = [\r2]\r# z = [2]\r"
+
+
+def test_a_comment_below_wraps_exactly_when_it_passes_the_width():
+    # Below `def f(x):`, the comment is `    # ` + text: 100 characters fit, 101 do not.
+    for size, lines in ((100 - 6, 1), (101 - 6, 3)):
+        text = f"y = g({'a' * (size - len('y = g(, b)'))}, b)"
+        out = place(SourceMap("def f(x):\n    y = g(x)\n"), {2: Note([text], 1)}, width=100)
+        below = out.splitlines()[2:]
+        assert len(below) == lines and all(len(line) <= 100 for line in below), below
