@@ -2,10 +2,16 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-# Other interpreters the frame recorder is tested on (plain Python, no torch), when present.
-EXTRA_PYTHONS := $(foreach v,3.12 3.13,$(firstword $(wildcard $(HOME)/.pyenv/versions/$(v).*/bin/python)))
+# Python 3.12 runs the whole suite with real torch (sys.monitoring is the recorder there); 3.13 the
+# frame recorder's tests (plain Python, no torch). pyenv's first, else one on PATH.
+find_python = $(firstword $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python) $(shell command -v python$(1)))
+PYTHON312 ?= $(call find_python,3.12)
+PYTHON313 ?= $(call find_python,3.13)
+VENV312 := .venv-3.12
+# Said loudly; under CI (`CI` set) a missing interpreter fails the run.
+missing = { printf '\n*** %s ***\n\n' "$(1)" >&2; [ -z "$$CI" ] || exit 1; }
 
-.PHONY: setup demo test test-frames browser lint bench zoo clean
+.PHONY: setup demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +26,28 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/annotate samples/llama_model.py
 
-test: setup test-frames browser
-	$(VENV)/bin/ruff check .
+# Lint, the whole suite on 3.11 and on 3.12 (each with torch), the frame recorder on 3.13.
+test: lint browser test-3.11 test-3.12 test-frames
+
+test-3.11: setup browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# torch 2.13.0's cp312 wheel (with its CUDA libraries, about 4.7 GB; it runs on the CPU).
+$(VENV312)/.installed: pyproject.toml
+	$(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV312)/bin/python -m pip install --quiet torch==2.13.0
+	$(VENV312)/bin/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+test-3.12: browser
+	@if [ -z "$(PYTHON312)" ]; then \
+		$(call missing,NO PYTHON 3.12: the suite did NOT run on 3.12 (sys.monitoring) - install python3.12); \
+	else \
+		$(MAKE) --no-print-directory $(VENV312)/.installed \
+		&& echo "the whole suite on Python 3.12:" \
+		&& $(VENV312)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS); \
+	fi
 
 # Debian's Chromium and its driver run the HTML views in tests; installed when we may (root with apt).
 browser:
@@ -31,15 +56,23 @@ browser:
 		&& apt-get install -y -qq chromium chromium-driver >/dev/null; } \
 		|| echo "chromium or chromedriver is not installed: the HTML view tests will be skipped"
 
-# The frame recorder's tests under each extra interpreter, in a small venv of its own.
+# The frame recorder's tests on Python 3.13, in a small venv of its own (no torch).
 test-frames:
-	@for py in $(EXTRA_PYTHONS); do \
-		v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
-		venv=.venv-frames-$$v; \
-		[ -x $$venv/bin/pytest ] || { $$py -m venv $$venv && $$venv/bin/pip install --quiet pytest bytecode; }; \
-		echo "frame recorder on Python $$v:"; \
-		PYTHONPATH=. $$venv/bin/pytest -q -p no:cacheprovider tests/test_frames.py || exit 1; \
-	done
+	@if [ -z "$(PYTHON313)" ]; then \
+		$(call missing,NO PYTHON 3.13: the frame recorder was NOT tested on 3.13 - install python3.13); \
+	else \
+		venv=.venv-frames-3.13; \
+		[ -x $$venv/bin/pytest ] || { $(PYTHON313) -m venv $$venv && $$venv/bin/pip install --quiet pytest bytecode; }; \
+		echo "frame recorder on Python 3.13:"; \
+		PYTHONPATH=. $$venv/bin/pytest -q -p no:cacheprovider tests/test_frames.py; \
+	fi
+
+# Mutation testing, not part of `make test`: mutmut over what [tool.mutmut] in pyproject.toml
+# names (docs/testing.md); it works in a copy (mutants/) and lists the surviving mutants.
+mutate: setup
+	$(PY) -m pip install --quiet mutmut==3.8.1
+	$(VENV)/bin/mutmut run
+	$(VENV)/bin/mutmut results
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -58,4 +91,4 @@ zoo: $(VENV)/.zoo
 	$(PY) -m benchmarks.zoo
 
 clean:
-	rm -rf $(VENV) .venv-frames-* build *.egg-info
+	rm -rf $(VENV) $(VENV312) .venv-frames-* mutants build *.egg-info

@@ -1,8 +1,10 @@
-"""Shared test helpers: loading the bundled samples by path."""
+"""Shared test helpers: loading the bundled samples by path; judging generated defs."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -14,10 +16,13 @@ SAMPLES = ROOT / "samples"
 
 
 def load_sample(name: str) -> ModuleType:
-    """Import `samples/<name>.py` under the module name `<name>` (once)."""
+    """Import `samples/<name>.py` under the module name `<name>` (once); a missing sample fails."""
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(SAMPLES / f"{name}.py"):
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SAMPLES / f"{name}.py")
+    path = SAMPLES / f"{name}.py"
+    if not path.is_file():
+        pytest.fail(f"missing sample {path}", pytrace=False)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -27,3 +32,13 @@ def load_sample(name: str) -> ModuleType:
 @pytest.fixture
 def sample():
     return load_sample
+
+
+def assert_defs_shared(text: str) -> None:
+    """No def of user code is a numbered copy of another (`residual_block` and `residual_block_1`):
+    calls of one function share one def. Helpers (`_silu`, `_take_1`: a jitted library function per
+    signature) are not user code."""
+    names = [node.name for node in ast.walk(ast.parse(text))
+             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
+    copies = [n for n in names if (base := re.sub(r"_\d+$", "", n)) != n and base in names]
+    assert not copies and len(names) == len(set(names)), names

@@ -40,22 +40,41 @@ def test_code_untouched_and_every_line_that_made_jax_is_commented(name):
         if site is not None and site.file == path and source_map.statement_at(site.line) is not None
     }
     assert made_jax
-    commented = set()
+    # The defs of the functions that ran carry `# jax: def ...`.
+    defs = {source_map.statement_at(call.line).lineno for call in trace.root.walk()
+            if call.file == path and source_map.statement_at(call.line) is not None}
     original = source.splitlines()
-    # Map each original line to its place in the output (comment lines are inserted).
+    # Map each original line to its place in the output; the other output lines were inserted.
     position, index = {}, 0
     for number, line in enumerate(original, start=1):
-        while not out_lines[index].startswith(line):
+        while not (out_lines[index] == line or line.strip() and out_lines[index].startswith(f"{line}  # ")):
             index += 1
         position[number] = index
-    for line in made_jax:
-        node = source_map.statement_at(line)
-        end = source_map.header_end(node)
-        own = out_lines[position[line]]
-        following = out_lines[position[end] + 1] if position[end] + 1 < len(out_lines) else ""
-        if len(own) > len(original[line - 1]) or following.lstrip().startswith("# "):
-            commented.add(line)
-    assert made_jax == commented, f"lines that made JAX without a comment: {sorted(made_jax - commented)}"
+        index += 1
+    inserted = set(range(len(out_lines))) - set(position.values())
+    assert all(out_lines[i].lstrip().startswith("#") for i in inserted), [out_lines[i] for i in inserted]
+    # A comment beside line n belongs to n's statement; one inserted below n, to the statement
+    # whose header ends at n. Every comment must sit where its statement is, no line off.
+    commented = set()
+    for number in position:
+        node = source_map.statement_at(number)
+        beside = len(out_lines[position[number]]) > len(original[number - 1])
+        below = position[number] + 1 in inserted
+        if beside:
+            assert node is not None, f"a comment beside line {number}, which is no statement"
+            commented.add(node.lineno)
+        if below:
+            owners = [n for n in position if (s := source_map.statement_at(n)) is not None
+                      and s.lineno == n and source_map.header_end(s) == number]
+            assert owners, f"a comment below line {number}, which ends no statement"
+            commented.update(owners)
+    # Calls into user code made JAX through their callee; a return shows what is returned.
+    calls = {source_map.statement_at(call.call_site.line).lineno for call in trace.root.walk()
+             if call.call_site is not None and call.call_site.file == path}
+    returns = {n for n in commented if isinstance(source_map.statement_at(n), ast.Return)}
+    expected = made_jax | defs | calls
+    assert expected <= commented, f"lines that made JAX without a comment: {sorted(expected - commented)}"
+    assert commented <= expected | returns, f"comments where no JAX was made: {sorted(commented - expected)}"
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "llama_model"])  # the Llama's is docs/

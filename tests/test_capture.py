@@ -131,3 +131,22 @@ def test_abstract_inputs_allocate_nothing():
     pos = torch.arange(4, device="meta")
     trace = Capture(abstract=True)(model, idx, pos)
     assert trace.root.children[0].function == "TransformerBlock.forward"
+
+
+def _doubled(x):
+    doubled = x * 2
+    _doubled.hooks = (sys.gettrace(), [sys.monitoring.get_tool(i) for i in range(6)]
+                      if sys.version_info >= (3, 12) else [])
+    return doubled
+
+
+def test_capture_records_with_sys_monitoring_where_python_has_it():
+    """3.12+ records through `sys.monitoring` (no `sys.settrace` hook); 3.11 through settrace.
+    `make test` runs the whole suite on 3.12 too, so a fallback to settrace there fails here."""
+    trace = capture(_doubled, torch.ones(2))
+    settrace, tools = _doubled.hooks
+    assert [name for name, _, _ in trace.root.bindings] == ["doubled"]
+    if sys.version_info >= (3, 12):
+        assert settrace is None and "jaxside" in tools
+    else:
+        assert settrace is not None

@@ -110,3 +110,67 @@ def test_a_call_repeated_from_one_expression_counts_each_time():
     notes = notes_for(program(body=[*split, first, again]), None, PATH, source_map)
     assert notes[10].count == 2 and notes[10].texts == ["y = block_fn(x, w)"]
     assert notes[5].count == 1 and notes[5].texts == ["q = parts[0]", "k = parts[1]", "v = parts[2]"]
+
+
+# -- place(): the edges a mutation run found unguarded (docs/testing.md) ------------------------------
+
+
+def test_a_comment_goes_beside_exactly_while_it_fits_the_width():
+    source = "x = 1\n"
+    note = {1: Note(["x = 1"], 1)}
+    fits = len("x = 1  # x = 1")
+    assert place(SourceMap(source), note, width=fits) == "x = 1  # x = 1\n"
+    assert place(SourceMap(source), note, width=fits - 1) == "x = 1\n# x = 1\n"
+
+
+def test_notes_without_a_statement_or_text_are_skipped_and_the_rest_placed():
+    source = "a = 1\n\nb = 2\nc = 3\n"
+    notes = {1: Note([], 1), 2: Note(["nothing here"], 1), 3: Note(["b = 2"], 1), 4: Note(["c = 3"], 2)}
+    assert place(SourceMap(source), notes) == "a = 1\n\nb = 2  # b = 2\nc = 3  # c = 3  ×2\n"
+    source_map = SourceMap(source)
+    assert source_map.statement_at(2) is None and source_map.statement_at(3).lineno == 3
+
+
+def test_line_endings_are_kept_and_a_last_line_without_one_gets_one():
+    source = "a = 1\r\nb = [\r\n    2]\nc = 3"
+    notes = {1: Note(["a = 1"], 1), 2: Note(["b = [2]"], 1), 4: Note(["c = 3", "d = c"], 1)}
+    out = place(SourceMap(source), notes, width=14)
+    assert out == "a = 1  # a = 1\r\nb = [\r\n    2]\n# b = [2]\nc = 3\n# c = 3\n# d = c\n"
+
+
+def test_below_a_header_the_comment_takes_the_body_indent_and_the_header_end():
+    source = "for i in range(\n    3,\n):\n        y = i\n\n\n@property\ndef f():\n    return 1\n"
+    source_map = SourceMap(source)
+    assert source_map.header_end(source_map.statement_at(1)) == 3
+    out = place(source_map, {1: Note(["for i in range(3):"], 1)})
+    assert out.splitlines()[:4] == ["for i in range(", "    3,", "):", "        # for i in range(3):"]
+    nested = "if x:\n    @dec\n    def g():\n        pass\n"
+    assert SourceMap(nested).header_end(SourceMap(nested).statement_at(1)) == 1
+
+
+def test_a_long_comment_below_is_wrapped_under_its_indent():
+    source = "def f(x):\n    y = g(x)\n"
+    parts = "x_first_part, x_second_part, x_third_part, x_fourth_part, x_fifth"
+    text = f"y = jnp.concatenate([{parts}], axis=0) * 2"
+    out = place(SourceMap(source), {2: Note([text], 3)}).splitlines()
+    assert out[:2] == ["def f(x):", "    y = g(x)"] and len(out) > 3
+    assert all(line.startswith("    # ") and len(line) <= 100 for line in out[2:])
+    assert out[2] == "    # y = jnp.concatenate(" and out[-1].endswith("  ×3")
+    code = " ".join(line.removeprefix("    # ") for line in out[2:]).removesuffix("  ×3")
+    assert ast.dump(ast.parse(code)) == ast.dump(ast.parse(text))
+
+
+def test_a_line_with_a_comment_of_its_own_or_trailing_spaces_keeps_them():
+    source = "x = 1  # mine\ny = X   \nz = [\r2]\r"
+    notes = {1: Note(["x = 1"], 1), 2: Note(["y = X"], 1), 3: Note(["z = [2]"], 1)}
+    out = place(SourceMap(source), notes)
+    assert out == "x = 1  # mine\n# x = 1\ny = X     # y = X\nz = [\r2]\r# z = [2]\r"
+
+
+def test_a_comment_below_wraps_exactly_when_it_passes_the_width():
+    # Below `def f(x):`, the comment is `    # ` + text: 100 characters fit, 101 do not.
+    for size, lines in ((100 - 6, 1), (101 - 6, 3)):
+        text = f"y = g({'a' * (size - len('y = g(, b)'))}, b)"
+        out = place(SourceMap("def f(x):\n    y = g(x)\n"), {2: Note([text], 1)}, width=100)
+        below = out.splitlines()[2:]
+        assert len(below) == lines and all(len(line) <= 100 for line in below), below

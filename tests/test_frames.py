@@ -1,7 +1,7 @@
 """The frame recorder on plain Python (no torch): runs under every interpreter we have.
 
-`make test` runs this file again under Python 3.12 and 3.13 when pyenv has them, so both
-backends are exercised.
+`make test` runs the whole suite again on Python 3.12 (with torch), and this file on 3.13, so both
+backends are exercised (docs/testing.md).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from browser import chrome, in_view, needs_browser
+from html_rows import by_id
 
 from annotate.loading import load_file
 from render.html import side_by_side
@@ -208,3 +209,25 @@ def test_lines_that_did_not_run_are_told_from_the_evidence(tmp_path: Path):
     runs = Runs(trace, str(file), ast.parse(RUNS_SOURCE))
     not_run = {n for n in range(1, len(RUNS_SOURCE.splitlines()) + 1) if n not in runs.ran}
     assert not_run == {3, 5, 9, 10, 11, 12}
+
+
+def test_both_columns_hold_the_code_without_a_browser(view):
+    """The page's text, read without a browser: each torch line that ran beside the JAX it made."""
+    page, source = view
+    rows = by_id(page.read_text(encoding="utf-8"))
+    model = {int(key.split("-L")[1]): row for key, row in rows.items() if key.startswith("f0-L")}
+    assert [model[n].cell("t") for n in sorted(model)] == [line.strip() for line in source.splitlines()]
+    jax = {n: model[n].cell("j") for n in model}
+    assert re.fullmatch(r"(\w+) = jnp\.sin\(x\)\s*×2", jax[_line("x = torch.sin(x)")]), jax
+    returned = jax[_line("return gate(self.proj(x))")]
+    assert "dot_general(" in returned and "×2" in returned, returned
+    assert re.fullmatch(r"return gate\((\w+)\) \* 2\.0", returned.splitlines()[-1]), returned
+    # What did not run has no JAX: the other branch, __init__, the config.
+    for text in ("x = torch.tanh(x)", "self.proj = nn.Linear", "WIDTH = 8"):
+        assert jax[_line(text)] == "" and "dim" in model[_line(text)].classes, text
+    ran = [n for n, row in model.items() if "j" in row.classes]
+    assert len(ran) >= 5 and all(jax[n] for n in ran), {n: jax[n] for n in ran}
+    # The helper file's function, in a section of its own, with its JAX.
+    helper = [row for key, row in rows.items() if key.startswith("f1-L")]
+    (sigmoid,) = [row for row in helper if row.cell("t") == "return torch.sigmoid(x) * x"]
+    assert re.search(r"(sigmoid|logistic)\(x\) \* x", sigmoid.cell("j")), sigmoid.cell("j")

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import SAMPLES, load_sample
+from conftest import SAMPLES, assert_defs_shared, load_sample
 from golden import assert_golden
 
 from annotate.export import load_module
@@ -203,6 +203,7 @@ def test_gradient_of_each_layer_of_a_python_loop_is_named_after_that_layer():
     exported = roundtrip(jax.grad(programs().residual_tower), params, x, rtol=1e-5)
     text = exported.text
     assert text.count("def residual_block(") == 1
+    assert_defs_shared(text)
     for i in range(3):  # the returned tree holds each layer's gradients under that layer's names
         for leaf in ("w", "b"):
             assert f'"{leaf}": grad_params_layers_{i}_{leaf}' in text, (i, leaf)
@@ -305,6 +306,7 @@ def test_gradient_of_the_llama_loss_through_torchax_matches_torch_autograd():
         assert f"grad_params_{name.replace('.', '_')} = " in text, name
     # The torch model's functions are defs, its blocks one def called for each layer.
     assert text.count("def transformer_block_forward(") == 1
+    assert_defs_shared(text)
     assert "def attention_forward(" in text and "def feed_forward_forward(" in text
 
 

@@ -4,6 +4,7 @@ each planted bug (one line of the correct port edited) is named at that line."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -36,8 +37,11 @@ BUGS = {
 
 
 def _needs(port: str) -> Path:
-    pytest.importorskip(PORTS[port][0])
-    return SAMPLES / PORTS[port][1]
+    """The port's sample; its framework is part of the test extra, so neither missing is a skip."""
+    importlib.import_module(PORTS[port][0])
+    path = SAMPLES / PORTS[port][1]
+    assert path.is_file(), f"missing sample {path}"
+    return path
 
 
 def _review(port: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:

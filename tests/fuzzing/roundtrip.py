@@ -12,23 +12,32 @@
 
 The first two failing are jaxside's (`Mismatch`; `Crash` when rendering raises).  Once they
 hold, the rendering *is* the captured program, so a difference from torch is torchax lowering
-an op differently from torch (`TorchaxDivergence`), as a failed capture is torchax's too.
+an op differently from torch (`TorchaxDivergence`).  A failed capture is torchax's
+(`TorchaxError`) only when it failed inside the program, somewhere other than jaxside's own
+code (see `capture_failure`); an exception raised by tracing itself, or after the program
+returned, is a `Crash`.
 """
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import torch
+from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from fuzzing.harness import jaxpr_difference, program_difference, render_function, struct
 from fuzzing.programs import Program
-from tracing import capture
+from tracing import CaptureError, capture
 from tracing._internals import to_jax_array, to_jax_dtype, torchax
 
+PROGRAM_FILE = "<fuzzed program>"
+ROOT = Path(__file__).resolve().parents[2]
+JAXSIDE = tuple(str(ROOT / package) for package in ("tracing", "render", "annotate"))
 TOLERANCES = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}
 
 
@@ -53,6 +62,8 @@ class Outcome:
     source: str
     """The rendered JAX source."""
     equations: int
+    primitives: frozenset[str]
+    """Every primitive the captured program binds, in sub-jaxprs too."""
 
 
 def roundtrip(program: Program) -> Outcome:
@@ -64,7 +75,7 @@ def roundtrip(program: Program) -> Outcome:
     try:
         trace = capture(fn, *inputs)
     except Exception as error:
-        raise TorchaxError(f"capture failed: {type(error).__name__}: {error}\n{program.source}") from error
+        raise capture_failure(error, program.source) from error
     closed = trace.jaxpr
     try:
         rendered = render_function(closed, "program", consts_as_params=True)
@@ -85,7 +96,37 @@ def roundtrip(program: Program) -> Outcome:
         problem = torch_difference(want, got, tolerance)
         if problem:
             raise TorchaxDivergence(f"output {i} differs from torch: {problem}\n{context}")
-    return Outcome(rendered.source, len(closed.jaxpr.eqns))
+    return Outcome(rendered.source, len(closed.jaxpr.eqns), primitives(closed.jaxpr))
+
+
+def primitives(jaxpr: Any) -> frozenset[str]:
+    """The primitives `jaxpr` binds, and those of the jaxprs in its equations' params."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        pending = list(eqn.params.values())
+        while pending:
+            value = pending.pop()
+            if isinstance(value, (tuple, list)):
+                pending += value
+            elif isinstance(value, (ClosedJaxpr, Jaxpr)):
+                names |= primitives(getattr(value, "jaxpr", value))
+    return frozenset(names)
+
+
+def capture_failure(error: Exception, source: str) -> AssertionError:
+    """`TorchaxError` for a capture that failed in torchax (or JAX under it) while the program ran,
+    `Crash` for one that failed in jaxside: raised in a jaxside file, or outside the program."""
+    if isinstance(error, CaptureError):
+        # tracing's own explanation (an op torchax cannot lower, ...): what it wraps decides.
+        error = error.__cause__ if isinstance(error.__cause__, Exception) else error
+    frames = traceback.extract_tb(error.__traceback__)
+    in_program = any(frame.filename == PROGRAM_FILE for frame in frames)
+    ours = bool(frames) and frames[-1].filename.startswith(JAXSIDE)
+    if in_program and not ours:
+        return TorchaxError(f"capture failed: {type(error).__name__}: {error}\n{source}")
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    return Crash(f"jaxside raised during capture ({where}): {type(error).__name__}: {error}\n{source}")
 
 
 def _float_dtypes(jaxpr: Any) -> set[torch.dtype]:

@@ -1,0 +1,65 @@
+"""The rows of a generated HTML page as text, without a browser: what each cell says."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+
+@dataclass
+class Row:
+    id: str | None
+    classes: set[str]
+    cells: list[str] = field(default_factory=list)
+    """Each `td`'s text, as a reader sees it: entities decoded, tags dropped, a line per source
+    line (`span.ln`), statement (`div`) or `br`."""
+    cell_classes: list[set[str]] = field(default_factory=list)
+
+    def cell(self, cls: str) -> str:
+        """The text of the row's cell of class `cls` (`t` torch, `j` JAX, ...)."""
+        (text,) = [text for text, classes in zip(self.cells, self.cell_classes) if cls in classes]
+        return text.strip()
+
+
+class _Rows(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[Row] = []
+        self.depth = 0  # inside a td: its nesting depth (a cell holds no table)
+        self.skip = 0  # inside a script or style
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag in ("script", "style"):
+            self.skip += 1
+        elif tag == "tr":
+            self.rows.append(Row(found.get("id"), set((found.get("class") or "").split())))
+        elif tag == "td" and self.rows:
+            self.rows[-1].cells.append("")
+            self.rows[-1].cell_classes.append(set((found.get("class") or "").split()))
+        elif tag in ("br", "div", "span") and self.rows and self.rows[-1].cells:
+            # a `br`, a statement (`div`) and a source line (`span.ln`) each start a new line
+            cells = self.rows[-1].cells
+            starts_line = tag != "span" or "ln" in (found.get("class") or "").split()
+            if starts_line and cells[-1] and not cells[-1].endswith("\n"):
+                cells[-1] += "\n"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style"):
+            self.skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip and self.rows and self.rows[-1].cells:
+            self.rows[-1].cells[-1] += html.unescape(data)
+
+
+def rows(page: str) -> list[Row]:
+    parser = _Rows()
+    parser.feed(page)
+    parser.close()
+    return parser.rows
+
+
+def by_id(page: str) -> dict[str, Row]:
+    return {row.id: row for row in rows(page) if row.id}

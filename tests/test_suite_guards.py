@@ -1,0 +1,48 @@
+"""The suite's own guards: a golden is never rewritten under CI and a rewrite never passes; a
+missing sample fails."""
+
+from __future__ import annotations
+
+import golden
+import pytest
+from conftest import load_sample
+
+
+@pytest.fixture
+def goldens(tmp_path, monkeypatch):
+    monkeypatch.setattr(golden, "GOLDEN", tmp_path / "golden")
+    monkeypatch.setattr(golden, "ACTUAL", tmp_path / "actual")
+    (tmp_path / "golden" / "kind").mkdir(parents=True)
+    (tmp_path / "golden" / "kind" / "name").write_text("old\n")
+    monkeypatch.delenv("CI", raising=False)
+    return tmp_path / "golden" / "kind" / "name"
+
+
+def test_a_changed_output_fails_and_is_kept_for_review(goldens, monkeypatch):
+    monkeypatch.delenv("JAXSIDE_UPDATE_GOLDEN", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="kind/name changed"):
+        golden.assert_golden("kind", "name", "new\n")
+    assert goldens.read_text() == "old\n" and (golden.ACTUAL / "kind" / "name").read_text() == "new\n"
+    golden.assert_golden("kind", "name", "old\n")
+
+
+def test_updating_a_golden_rewrites_it_and_still_fails(goldens, monkeypatch):
+    monkeypatch.setenv("JAXSIDE_UPDATE_GOLDEN", "1")
+    with pytest.raises(pytest.fail.Exception, match="kind/name rewritten"):
+        golden.assert_golden("kind", "name", "new\n")
+    assert goldens.read_text() == "new\n"
+    golden.assert_golden("kind", "name", "new\n")  # unchanged: nothing to rewrite, a pass
+
+
+def test_goldens_are_never_rewritten_under_ci(goldens, monkeypatch):
+    monkeypatch.setenv("JAXSIDE_UPDATE_GOLDEN", "1")
+    monkeypatch.setenv("CI", "true")
+    for text in ("new\n", "old\n"):
+        with pytest.raises(pytest.fail.Exception, match="under CI"):
+            golden.assert_golden("kind", "name", text)
+    assert goldens.read_text() == "old\n"
+
+
+def test_a_missing_sample_fails():
+    with pytest.raises(pytest.fail.Exception, match="missing sample .*no_such_sample.py"):
+        load_sample("no_such_sample")
