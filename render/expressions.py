@@ -186,6 +186,9 @@ class Docs:
     """`ast` nodes as documents; `inside` says whether the expression sits in brackets, where its
     operators may start new lines."""
 
+    def __init__(self) -> None:
+        self._fluent: set[int] = set()  # the attributes of a fluent call chain, a line each when broken
+
     def sub(self, node: ast.expr, least: int, inside: bool) -> Doc:
         """`node` where its binding power must be at least `least` (else it gets parentheses)."""
         if _precedence(node) < least:
@@ -210,6 +213,8 @@ class Docs:
         value = node.value
         if isinstance(value, ast.Constant) and isinstance(value.value, int):
             return [f"({ast.unparse(value)})", ".", node.attr]
+        if id(node) in self._fluent:
+            return [self.sub(value, _ATOM, inside), SOFT, ".", node.attr]
         return [self.sub(value, _ATOM, inside), ".", node.attr]
 
     def _call(self, node: ast.Call, inside: bool) -> Doc:
@@ -372,6 +377,10 @@ class Docs:
                 flat = join([", "], [self.sub(e, TEST, False) for e in node.elts])
                 return ("best", flat, broken)
             return broken
+        dots = _fluent_dots(node)
+        if len(dots) > 1:  # ruff's fluent style: `(`, then `f(x)` and each `.at[i]`, `.set(v)` a line
+            self._fluent.update(map(id, dots))
+            return group(if_break("("), indent(SOFT, group(self.expr(node, True))), SOFT, if_break(")"))
         if _own_brackets(node) or isinstance(node, (ast.Lambda, ast.Tuple)) or not _breakable(node):
             return self.expr(node, False)
         broken = group(if_break("("), indent(SOFT, group(self.expr(node, True))), SOFT, if_break(")"))
@@ -384,6 +393,20 @@ def flat_tuple(node: ast.Tuple) -> str:
     """A tuple target without brackets (`for a, b in`), never broken; a one-tuple keeps them (`(a,)`)."""
     text = ", ".join(double_quotes(ast.unparse(e)) for e in node.elts)
     return f"({text},)" if len(node.elts) == 1 else text
+
+
+def _fluent_dots(node: ast.expr) -> list[ast.Attribute]:
+    """The attributes of a call chain that follow a call or a subscript (`f(x).at[i].set(v)`: `.at`
+    and `.set`); two or more make ruff lay the chain out one attribute a line when it breaks."""
+    dots = []
+    while isinstance(node, (ast.Call, ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, (ast.Call, ast.Subscript)):
+                dots.append(node)
+            node = node.value
+        else:
+            node = node.func if isinstance(node, ast.Call) else node.value
+    return dots
 
 
 def _breakable(node: ast.expr) -> bool:

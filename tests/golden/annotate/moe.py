@@ -39,10 +39,14 @@ class MoE(nn.Module):
         topk_w = F.softmax(topk_logits, dim=-1)  # topk_w = jax.nn.softmax(topk_logits, axis=1)
         # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.
         weights = torch.zeros_like(logits).scatter(1, topk_idx, topk_w)
-        # weights = jnp.zeros((12, 4), jnp.float32).at[
-        #     jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
-        #     topk_idx,
-        # ].set(topk_w)
+        # weights = (
+        #     jnp.zeros((12, 4), jnp.float32)
+        #     .at[
+        #         jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
+        #         topk_idx,
+        #     ]
+        #     .set(topk_w)
+        # )
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)
         # expert_out = lax.stack(
         #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1

@@ -35,15 +35,20 @@ def forward(params, x):
         logits_2, jnp.argsort(topk_logits, axis=1, descending=True)
     )
     topk_w = jax.nn.softmax(topk_logits, axis=1)
-    weights = jnp.zeros((topk_idx.shape[0], 4), jnp.float32).at[
-        jnp.broadcast_to(
-            jnp.reshape(
-                jnp.arange(topk_idx.shape[0], dtype=jnp.int32), (topk_idx.shape[0], 1)
+    weights = (
+        jnp.zeros((topk_idx.shape[0], 4), jnp.float32)
+        .at[
+            jnp.broadcast_to(
+                jnp.reshape(
+                    jnp.arange(topk_idx.shape[0], dtype=jnp.int32),
+                    (topk_idx.shape[0], 1),
+                ),
+                (topk_idx.shape[0], 2),
             ),
-            (topk_idx.shape[0], 2),
-        ),
-        topk_idx,
-    ].set(topk_w)
+            topk_idx,
+        ]
+        .set(topk_w)
+    )
     expert_out = lax.stack(
         [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
     )
