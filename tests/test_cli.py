@@ -161,7 +161,8 @@ def test_the_stand_ins_flags_for_real(tmp_path, capsys):
     file = write(tmp_path / "model.py", CHATTY)
     assert main([str(file), "-q"]) == 0
     out = capsys.readouterr().out
-    assert '        y = self.proj(x)  # y = x @ params["proj"]["weight"].T + params["proj"]["bias"][None]\n' in out
+    linear = 'y = x @ params["proj"]["weight"].T + params["proj"]["bias"][None]'
+    assert f"        y = self.proj(x)  # {linear}\n" in out
     assert "    def forward(self, x, use_cache=True):  # jax: def forward(params, x)\n" in out
     target, page = tmp_path / "annotated.py", tmp_path / "view.html"
     assert main([str(file), "-q", "-o", str(target), "--html", str(page)]) == 0

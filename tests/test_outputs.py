@@ -79,7 +79,8 @@ def test_dataclasses_and_named_tuples_become_dicts_of_their_fields():
     output, pair = run_export(model, x)
     assert set(output) == {"logits", "hidden", "loss"} and output["loss"] is None
     assert pair["scale"] == 0.5
-    np.testing.assert_allclose(np.asarray(pair["logits"]), model(x)[1].logits.detach().numpy(), rtol=1e-5, atol=1e-6)
+    expected = model(x)[1].logits.detach().numpy()
+    np.testing.assert_allclose(np.asarray(pair["logits"]), expected, rtol=1e-5, atol=1e-6)
     paths = [c.what for c in assert_checks(model, x)]
     assert paths == ["[0]['logits']", "[0]['hidden'][0]", "[0]['hidden'][1]", "[0]['loss']",
                      "[1]['logits']", "[1]['scale']"]
