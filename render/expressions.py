@@ -11,12 +11,10 @@ statement's expression gets brackets of its own only when it breaks and has none
 from __future__ import annotations
 
 import ast
-import io
-import tokenize
-import unicodedata
 from typing import Any
 
 from render import text as user_text
+from render.text import display_width, double_quotes
 
 Doc = Any
 """A document: a str, a list of documents, or one of the tuples made below."""
@@ -479,33 +477,3 @@ def _omittable(node: ast.expr) -> bool:
     if isinstance(node, ast.Tuple):
         return len(node.elts) == 2 and (_bracketed(_last(node.elts[1])) or _bracketed(_first(node.elts[0])))
     return _bracketed(_last(node)) or _bracketed(_first(node))
-
-
-
-def double_quotes(text: str) -> str:
-    """`params["wqkv"]` rather than `params['wqkv']`: single-quoted strings get double quotes
-    when that needs no more escapes (ruff's and black's rule)."""
-    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    lines = text.splitlines(keepends=True)
-    edits = []
-    for token in tokens:
-        if (
-            token.type == tokenize.STRING
-            and token.string.startswith("'")
-            and not token.string.startswith("'''")
-        ):
-            body = token.string[1:-1]
-            if '"' not in body and "\\'" not in body and token.start[0] == token.end[0]:
-                edits.append((token.start, token.end, f'"{body}"'))
-    for (row, col), (_, end), replacement in reversed(edits):
-        line = lines[row - 1]
-        lines[row - 1] = line[:col] + replacement + line[end:]
-    return "".join(lines)
-
-
-def display_width(text: str) -> int:
-    """Columns `text` takes in a terminal or editor: wide (CJK) characters two, combining none."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )

@@ -25,8 +25,6 @@ from render.expressions import (
     TEST,
     Doc,
     Docs,
-    display_width,
-    double_quotes,
     flat_tuple,
     group,
     if_break,
@@ -36,6 +34,7 @@ from render.expressions import (
 from render.expressions import (
     indent as indented,
 )
+from render.text import display_width, double_quotes
 
 __all__ = ["MODULE_WIDTH", "WIDTH", "display_width", "double_quotes", "format_body", "format_statement",
            "wrap_text"]

@@ -3,12 +3,17 @@
 Every piece of text that came from the user's files or objects reaches a generated module or
 comment through one of these functions: as a string literal (`literal`), a docstring
 (`docstring`) or a comment line (`comment`). Each escapes what would end the literal or the
-comment early, so no text can become code; `check_compiles` is the writer's last gate.
+comment early, so no text can become code; `check_compiles` is the writer's last gate. The text
+the writers lay out is measured here too (`display_width`), and quoted as ruff quotes it
+(`double_quotes`).
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
+import unicodedata
 
 _QUOTES = '"""'
 
@@ -69,3 +74,32 @@ def check_compiles(source: str, what: str) -> None:
         line = getattr(error, "lineno", None)
         where = f" at line {line}" if line else ""
         raise UnsafeSourceError(f"generated {what} does not compile{where}: {error}") from None
+
+
+def double_quotes(text: str) -> str:
+    """`params["wqkv"]` rather than `params['wqkv']`: single-quoted strings get double quotes
+    when that needs no more escapes (ruff's and black's rule)."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    lines = text.splitlines(keepends=True)
+    edits = []
+    for token in tokens:
+        if (
+            token.type == tokenize.STRING
+            and token.string.startswith("'")
+            and not token.string.startswith("'''")
+        ):
+            body = token.string[1:-1]
+            if '"' not in body and "\\'" not in body and token.start[0] == token.end[0]:
+                edits.append((token.start, token.end, f'"{body}"'))
+    for (row, col), (_, end), replacement in reversed(edits):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + replacement + line[end:]
+    return "".join(lines)
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes in a terminal or editor: wide (CJK) characters two, combining none."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )

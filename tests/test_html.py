@@ -220,7 +220,7 @@ def test_both_columns_hold_the_code_without_a_browser(view):
     jax = {n: model[n].cell("j") for n in model}
     assert re.fullmatch(r"(\w+) = jnp\.sin\(x\)\s*×2", jax[_line("x = torch.sin(x)")]), jax
     returned = jax[_line("return gate(self.proj(x))")]
-    assert "dot_general(" in returned and "×2" in returned, returned
+    assert '@ params["proj"]["weight"].T' in returned and "×2" in returned, returned
     assert re.fullmatch(r"return gate\((\w+)\) \* 2\.0", returned.splitlines()[-1]), returned
     # What did not run has no JAX: the other branch, __init__, the config.
     for text in ("x = torch.tanh(x)", "self.proj = nn.Linear", "WIDTH = 8"):
