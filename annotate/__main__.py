@@ -1,8 +1,8 @@
 import os
 import sys
 
-from annotate.cli import main
-from annotate.errors import EXIT_INTERRUPTED
+from jaxside.annotate.cli import main
+from jaxside.annotate.errors import EXIT_INTERRUPTED
 
 code = main()
 if code == EXIT_INTERRUPTED:

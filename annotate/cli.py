@@ -18,11 +18,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate import interrupts
-from annotate.command import add_common, run_command
-from annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
-from annotate.output import check_target, emit, write
-from annotate.status import Status
+from jaxside.annotate import interrupts
+from jaxside.annotate.command import add_common, run_command
+from jaxside.annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
+from jaxside.annotate.output import check_target, emit, write
+from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
 
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "review":
-        from annotate import review
+        from jaxside.annotate import review
 
         return review.main(argv[1:])
     return run_command(build_parser(), argv, _check_options, _run)
@@ -110,8 +110,14 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         import jax  # noqa: F401
         import torch  # noqa: F401
 
-        from annotate.loading import defined_names, find_entry, load_file, namespace_of, source_encoding
-        from tracing import Capture, CaptureError, user_code
+        from jaxside.annotate.loading import (
+            defined_names,
+            find_entry,
+            load_file,
+            namespace_of,
+            source_encoding,
+        )
+        from jaxside.tracing import Capture, CaptureError, user_code
 
     file = str(Path(options.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.
@@ -141,7 +147,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
     code = EXIT_OK
     if options.export or options.check:
-        from annotate.export import run
+        from jaxside.annotate.export import run
 
         retrace = None
         if not options.static_shapes:
@@ -151,15 +157,15 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
                     return again(entry.fn, *entry.args, **entry.kwargs)
         code = run(options, entry, trace, retrace)
     elif options.json:
-        from render.json import to_json
+        from jaxside.render.json import to_json
 
         emit(to_json(trace), options)
     elif not options.html or options.output:
-        from render.comments import annotate_file
+        from jaxside.render.comments import annotate_file
 
         emit(annotate_file(trace, file, shapes=options.shapes), options, encoding=source_encoding(file))
     if options.html:
-        from render.html import side_by_side
+        from jaxside.render.html import side_by_side
 
         write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html")
     return code
@@ -190,7 +196,7 @@ def _traceback_filtering(on: bool) -> Iterator[None]:
 
 def _check_options(options: argparse.Namespace) -> None:
     """Refuse what cannot work before importing torch or loading anything."""
-    from annotate.loading import check_source
+    from jaxside.annotate.loading import check_source
 
     check_source(options.file)
     if options.json and (options.export or options.check):

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from annotate import __version__, interrupts
-from annotate.errors import EXIT_INTERRUPTED, Context, Failure, describe, report
-from annotate.loading import STDIN, isolated, readable_copy
+from jaxside.annotate import __version__, interrupts
+from jaxside.annotate.errors import EXIT_INTERRUPTED, Context, Failure, describe, report
+from jaxside.annotate.loading import STDIN, isolated, readable_copy
 
 
 def run_command(

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 import torch
 
-from tracing import plain_output, to_jax_dtype
+from jaxside.tracing import plain_output, to_jax_dtype
 
 # (rtol, atol) by the dtype compared: round-off of one reordered reduction, not more.
 TOLERANCES: dict[str, tuple[float, float]] = {

@@ -70,7 +70,7 @@ class Context:
     @staticmethod
     def is_library_file(filename: str) -> bool:
         """Python, torch, jax, torchax and jaxside: never shown in a user's traceback."""
-        from tracing import is_library_file
+        from jaxside.tracing import is_library_file
 
         return is_library_file(filename)
 
@@ -95,7 +95,7 @@ def describe(error: BaseException, context: Context) -> Failure:
         return error
     if isinstance(error, UserCodeRaised):
         return _user_code_raised(error, context)
-    from tracing import CaptureError
+    from jaxside.tracing import CaptureError
 
     if isinstance(error, CaptureError):
         return _capture_error(error, context)
@@ -201,7 +201,7 @@ _KNOWN_WAYS_AROUND = {
 
 
 def _capture_error(error: Any, context: Context) -> Failure:
-    from tracing import (
+    from jaxside.tracing import (
         InputsError,
         MixedDeviceError,
         OutputError,
@@ -285,7 +285,7 @@ def _how_used(site: Any) -> tuple[str, str]:
     """How the failing expression used the value: ``branch`` (the test of an if, while, assert or
     conditional expression, with that header), ``number`` (.item(), int(), float(), range()) or
     ``other``."""
-    from render.source import expression
+    from jaxside.render.source import expression
 
     found = expression(site)
     if found is None:

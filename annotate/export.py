@@ -15,16 +15,16 @@ import jax.numpy as jnp
 import torch
 import torch.utils._pytree as torch_pytree
 
-from annotate.compare import Comparison, compare
-from annotate.errors import UserCodeRaised
-from annotate.output import emit
-from annotate.sizes import other_shape
-from render.ir import Program
-from render.lower import lower
-from render.lower.dims import Resize
-from render.module import render_program
-from tracing import example_key, is_key, plain_output, random_outputs
-from tracing.trace import Trace
+from jaxside.annotate.compare import Comparison, compare
+from jaxside.annotate.errors import UserCodeRaised
+from jaxside.annotate.output import emit
+from jaxside.annotate.sizes import other_shape
+from jaxside.render.ir import Program
+from jaxside.render.lower import lower
+from jaxside.render.lower.dims import Resize
+from jaxside.render.module import render_program
+from jaxside.tracing import example_key, is_key, plain_output, random_outputs
+from jaxside.tracing.trace import Trace
 
 EXIT_OK, EXIT_MISMATCH = 0, 1
 

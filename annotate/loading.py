@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from annotate.errors import Failure, UserCodeRaised, syntax_error
+from jaxside.annotate.errors import Failure, UserCodeRaised, syntax_error
 
 _NOT_SOURCE = {
     ".ipynb": "a notebook", ".pt": "a checkpoint", ".pth": "a checkpoint", ".bin": "a checkpoint",
@@ -29,7 +29,7 @@ _NOT_SOURCE = {
     ".pyc": "compiled bytecode",
 }
 _GIVE_SOURCE = "give the .py file that defines the model"
-_OWN_PACKAGES = ("annotate", "tracing", "render")
+_OWN_PACKAGES = ("jaxside",)
 
 
 @dataclass
@@ -47,7 +47,7 @@ def isolated() -> Iterator[None]:
     """Undo what loading a user file did to this interpreter once the run is over: `sys.path`, the
     modules imported from the directories it put there (or that it replaced), and torch's
     process-wide settings (default device and dtype, grad mode, modes left entered)."""
-    from annotate import _torch_state
+    from jaxside.annotate import _torch_state
 
     path, modules = list(sys.path), dict(sys.modules)
     settings = _torch_state.save()
@@ -194,7 +194,7 @@ def _check_package_name(dotted: str, root: Path, path: str) -> None:
     if loaded is not None:
         locations = [str(Path(p).resolve()) for p in getattr(loaded, "__path__", ())]
     elif top in _OWN_PACKAGES:
-        locations = [str(Path(__file__).resolve().parent.parent / top)]
+        locations = [str(Path(__file__).resolve().parent.parent.parent / top)]
     else:
         return
     if str(root / top) not in locations:

@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from annotate import interrupts
-from annotate.errors import Failure
+from jaxside.annotate import interrupts
+from jaxside.annotate.errors import Failure
 
 
 def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8") -> None:

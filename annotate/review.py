@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from annotate.command import add_common, run_command
-from annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
-from annotate.output import check_target, to_stdout, write
-from annotate.review_map import read_params_map
-from annotate.status import Status
+from jaxside.annotate.command import add_common, run_command
+from jaxside.annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
+from jaxside.annotate.output import check_target, to_stdout, write
+from jaxside.annotate.review_map import read_params_map
+from jaxside.annotate.status import Status
 
 __all__ = ["main"]
 
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(options: argparse.Namespace) -> None:
-    from annotate.loading import check_source
+    from jaxside.annotate.loading import check_source
 
     for path in (options.file, options.port, options.params_map):
         if path is not None:
@@ -79,7 +79,7 @@ def _run(options: argparse.Namespace) -> int:
 
 def _review(options: argparse.Namespace, status: Status) -> int:
     status.phase("loading torch and jax")
-    from annotate.review_align import align, side
+    from jaxside.annotate.review_align import align, side
 
     with contextlib.redirect_stdout(sys.stderr):
         status.phase(f"tracing {Path(options.file).name}")
@@ -93,8 +93,8 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
     alignment = align(torch, port, inputs, options.rtol, options.atol)
     outputs_close = _outputs_close(torch, alignment)
-    from annotate.review_html import html_page
-    from annotate.review_report import text
+    from jaxside.annotate.review_html import html_page
+    from jaxside.annotate.review_report import text
 
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(text(options, torch, port, alignment, mapping, outputs_close))
@@ -109,9 +109,9 @@ def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, 
     import torch
     from torch.utils._pytree import tree_leaves
 
-    from annotate.errors import UserCodeRaised
-    from annotate.loading import find_entry, load_file
-    from tracing import Capture, CaptureError
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.loading import find_entry, load_file
+    from jaxside.tracing import Capture, CaptureError
 
     file = str(Path(options.file).resolve())
     module = load_file(options.file)
@@ -144,8 +144,8 @@ def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, 
 
 def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) -> tuple[Any, list, Any]:
     """The port's trace, its input values, and how its weights were mapped."""
-    from annotate.errors import UserCodeRaised
-    from annotate.review_frameworks import module_port
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.review_frameworks import module_port
 
     module = _load_port(options.port)
     name = options.port_entry or ("forward" if hasattr(module, "forward") else "build")
@@ -171,7 +171,7 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
         raise Failure(f"{name} is a class that needs arguments", f"name a function that returns a {name}",
                       file=options.port)
     if port is not None:
-        from annotate.review_modules import trace_module
+        from jaxside.annotate.review_modules import trace_module
 
         return trace_module(options, port, state, data)
     return _function_side(options, entry, name, state, data)
@@ -179,9 +179,9 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
 
 def _load_port(path: str) -> Any:
     """Import the port; a framework it needs that is missing is bad input, said in one line."""
-    from annotate.errors import UserCodeRaised
-    from annotate.loading import load_file
-    from annotate.review_frameworks import FRAMEWORKS
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.loading import load_file
+    from jaxside.annotate.review_frameworks import FRAMEWORKS
 
     try:
         return load_file(path)
@@ -219,9 +219,9 @@ def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[
     """A port written as a function over dicts and lists of arrays: its weights found by probing."""
     import jax
 
-    from annotate.errors import UserCodeRaised
-    from annotate.review_map import assign, discover
-    from tracing import Capture
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.review_map import assign, discover
+    from jaxside.tracing import Capture
 
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     required = [p.name for p in inspect.signature(fn).parameters.values()

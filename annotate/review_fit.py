@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from annotate.review_map import ROLES, similarity, tokens
+from jaxside.annotate.review_map import ROLES, similarity, tokens
 
 # Parts a fused torch name is made of, by the word that names them in the fused name.
 _PARTS = {

@@ -14,9 +14,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-from annotate.review_report import rows, site_of
-from render.html import folds, highlight
-from render.html.page import document
+from jaxside.annotate.review_report import rows, site_of
+from jaxside.render.html import folds, highlight
+from jaxside.render.html.page import document
 
 LEGEND = [
     ("paired, equal", "var(--ok)", "the port computed these values within --rtol/--atol"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from annotate.errors import Failure
+from jaxside.annotate.errors import Failure
 
 # Words ports and torch models use for the same thing; each group is one token after normalising.
 _SYNONYMS = [

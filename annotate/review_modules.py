@@ -8,10 +8,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from annotate.errors import Failure
-from annotate.review_fit import Leaf, Recipe, fit, given_recipe
-from annotate.review_frameworks import ModulePort
-from annotate.review_map import Mapping, read_params_map
+from jaxside.annotate.errors import Failure
+from jaxside.annotate.review_fit import Leaf, Recipe, fit, given_recipe
+from jaxside.annotate.review_frameworks import ModulePort
+from jaxside.annotate.review_map import Mapping, read_params_map
 
 
 class _Run:
@@ -32,8 +32,8 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
                  data: tuple) -> tuple[Any, list, Mapping]:
     import jax
 
-    from annotate.errors import UserCodeRaised
-    from tracing import Capture
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.tracing import Capture
 
     shapes = {name: tuple(value.shape) for name, value in state.items()}
     given = _given(options.params_map, port.leaves, shapes) if options.params_map else {}

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as torch_pytree
 
-from render.ir import Program
-from render.lower.dims import resized
+from jaxside.render.ir import Program
+from jaxside.render.lower.dims import resized
 
 
 def other_shape(program: Program, fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, str] | None:

@@ -17,7 +17,8 @@ from benchmarks.models import LLAMA, ROOT
 ROW = "2 annotate --export"
 SECONDS, MEGABYTES = 10.0, 1536.0
 """The issue's targets for the whole command: under 10 s and under 1.5 GB."""
-IMPORTS = "import torch, jax, tracing._capture, render.module, annotate.cli, annotate.export"
+IMPORTS = ("import torch, jax, jaxside.tracing._capture, jaxside.render.module, jaxside.annotate.cli, "
+           "jaxside.annotate.export")
 """The baseline: a process that only imports what the command imports."""
 CASES = {
     "llama sample (tiny)": [str(LLAMA), "--export"],
@@ -88,7 +89,7 @@ def run(smoke: bool = False) -> list[Result]:
             if smoke and "70B" in name:
                 results.append(Result(ROW, name, "", verdict="skipped: --smoke"))
                 continue
-            measured = median_child(runs, "-m", "annotate", *args, "-o", str(Path(tmp) / "out.py"))
+            measured = median_child(runs, "-m", "jaxside", *args, "-o", str(Path(tmp) / "out.py"))
             problem = failure(measured)
             if problem is not None:
                 results.append(Result(ROW, name, "", verdict=problem))

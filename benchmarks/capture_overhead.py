@@ -17,9 +17,9 @@ def hook_only(model: Any, inputs: tuple[Any, ...]) -> Any:
     """Bare tracing with the frame recorder on and nothing else of a capture: the hook's own cost."""
     import jax
 
-    from tracing import _internals
-    from tracing._frames import Recorder
-    from tracing._probe import Probe
+    from jaxside.tracing import _internals
+    from jaxside.tracing._frames import Recorder
+    from jaxside.tracing._probe import Probe
 
     probe = Probe()
 
@@ -39,8 +39,8 @@ def run(smoke: bool = False) -> list[Result]:
 
 
 def measure(layers: int, smoke: bool) -> list[Result]:
-    from tracing import capture
-    from tracing._frames import DEFAULT_BACKEND
+    from jaxside.tracing import capture
+    from jaxside.tracing._frames import DEFAULT_BACKEND
 
     model, inputs = models.llama(layers, smoke=smoke)
     times = medians(

@@ -24,9 +24,9 @@ def hlo_ops(text: str) -> int:
 def pending() -> str | None:
     """What the row needs that is not there yet, if anything."""
     try:
-        from annotate.export import entry_inputs, load_module  # noqa: F401
-        from render.lower import lower  # noqa: F401
-        from render.module import render_program  # noqa: F401
+        from jaxside.annotate.export import entry_inputs, load_module  # noqa: F401
+        from jaxside.render.lower import lower  # noqa: F401
+        from jaxside.render.module import render_program  # noqa: F401
     except ImportError as error:
         return f"pending: {error}"
     return None
@@ -43,10 +43,10 @@ def measure(layers: int, smoke: bool) -> list[Result]:
     import jax
     import numpy as np
 
-    from annotate.export import entry_inputs, load_module
-    from render.lower import lower
-    from render.module import render_program
-    from tracing import capture
+    from jaxside.annotate.export import entry_inputs, load_module
+    from jaxside.render.lower import lower
+    from jaxside.render.module import render_program
+    from jaxside.tracing import capture
 
     model, inputs = models.llama(layers, smoke=smoke)
     size = f"{layers} layer{'s' if layers > 1 else ''}" + (" (tiny)" if smoke else "")

@@ -83,7 +83,7 @@ def measure(layers: int, weight: str, runs: int) -> list[dict[str, Any]]:
     """This interpreter's numbers: each backend (settrace also with pausing) against the recorder off."""
     from benchmarks import toy_library, toy_model
     from benchmarks._common import medians
-    from tracing._frames import _BACKENDS, Recorder
+    from jaxside.tracing._frames import _BACKENDS, Recorder
 
     toy_library.configure(weight)
     tokens, params = toy_model.build(layers)

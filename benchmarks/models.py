@@ -61,7 +61,7 @@ def bare_function(model: Any, inner: Callable[[], AbstractContextManager[Any]] |
     """
     import torch
 
-    from tracing import _internals
+    from jaxside.tracing import _internals
 
     env = _internals.torchax.default_env()
     names = [name for name, _ in model.named_parameters()] + [name for name, _ in model.named_buffers()]
@@ -83,7 +83,7 @@ def bare_function(model: Any, inner: Callable[[], AbstractContextManager[Any]] |
 
 def jax_inputs(model: Any, inputs: tuple[Any, ...]) -> list[Any]:
     """The state and inputs as JAX arrays, converted the way a capture converts them."""
-    from tracing import _internals
+    from jaxside.tracing import _internals
 
     tensors = [t for _, t in model.named_parameters()] + [t for _, t in model.named_buffers()]
     return [_internals.to_jax_array(t) for t in [*tensors, *inputs]]

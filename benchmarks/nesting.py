@@ -42,8 +42,8 @@ def nested(depth: int) -> torch.nn.Module:
 
 
 def run(smoke: bool = False) -> list[Result]:
-    from render.module import export_module
-    from tracing import capture
+    from jaxside.render.module import export_module
+    from jaxside.tracing import capture
 
     depths = (5, 10) if smoke else (10, 25, 50)
     traces = {depth: capture(nested(depth), torch.randn(2, 4)) for depth in depths}

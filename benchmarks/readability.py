@@ -86,8 +86,8 @@ def body_lines(text: str, skip: tuple[str, ...] = ("load_params", "_lists", "_is
 
 
 def export_sample(name: str) -> str:
-    from render.module import export_module
-    from tracing import capture
+    from jaxside.render.module import export_module
+    from jaxside.tracing import capture
 
     fn, args, *rest = _load(name).example()
     trace = capture(fn, *args, **(rest[0] if rest else {}))

@@ -44,10 +44,10 @@ class _Emitter:
 
 def run(smoke: bool = False) -> list[Result]:
     try:
-        from render.rules import render_eqn
+        from jaxside.render.rules import render_eqn
     except ImportError as error:
         return [Result(ROW, "", "", verdict=f"pending: {error}")]
-    from tracing import capture
+    from jaxside.tracing import capture
 
     model, inputs = models.llama(1 if smoke else 8, smoke=smoke)
     trace = capture(model, *inputs)
@@ -61,8 +61,8 @@ def run(smoke: bool = False) -> list[Result]:
 
     cases = {"jax": lambda: str(trace.jaxpr), "ops": render_ops}
     try:
-        from render.comments import annotate_file
-        from render.module import export_module
+        from jaxside.render.comments import annotate_file
+        from jaxside.render.module import export_module
 
         cases["module"] = lambda: export_module(trace, source="benchmarks")
         cases["comments"] = lambda: annotate_file(trace, str(models.LLAMA))

@@ -104,7 +104,7 @@ def worker(name: str, folder: Path) -> None:
     export's params, inputs and outputs saved (as NumPy) for the torch-free run."""
     import resource
 
-    from annotate.cli import main
+    from jaxside.annotate.cli import main
 
     model = next(m for m in MODELS if m.name == name)
     source = folder / f"{name}.py"
@@ -156,8 +156,8 @@ def _save_run(source: Path, export: Path, folder: Path) -> None:
     import numpy as np
     import torch
 
-    from annotate.export import load_module, run_jitted, to_jax
-    from tracing import example_key, is_key, plain_output
+    from jaxside.annotate.export import load_module, run_jitted, to_jax
+    from jaxside.tracing import example_key, is_key, plain_output
 
     spec = importlib.util.spec_from_file_location(f"zoo_{source.stem}", source)
     assert spec is not None and spec.loader is not None

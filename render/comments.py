@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from render import source as torch_source
-from render.ir import Loop, Statement
-from render.layout import WIDTH, display_width, double_quotes, wrap_text
-from render.lower import lower
+from jaxside.render import source as torch_source
+from jaxside.render.ir import Loop, Statement
+from jaxside.render.layout import WIDTH, display_width, double_quotes, wrap_text
+from jaxside.render.lower import lower
 
 
 @dataclass

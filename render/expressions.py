@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from render import text as user_text
-from render.text import display_width, double_quotes
+from jaxside.render import text as user_text
+from jaxside.render.text import display_width, double_quotes
 
 Doc = Any
 """A document: a str, a list of documents, or one of the tuples made below."""

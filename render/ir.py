@@ -13,9 +13,9 @@ import ast
 from collections import Counter
 from dataclasses import dataclass, field
 
-from render import names as naming
-from render.names import Scope
-from tracing.trace import Call, Site, Trace
+from jaxside.render import names as naming
+from jaxside.render.names import Scope
+from jaxside.tracing.trace import Call, Site, Trace
 
 
 def named(name: str, ctx: ast.expr_context | None = None) -> ast.Name:

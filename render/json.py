@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from render.comments import statement_text
-from render.ir import Loop
-from render.lower import lower
+from jaxside.render.comments import statement_text
+from jaxside.render.ir import Loop
+from jaxside.render.lower import lower
 
 SCHEMA = "jaxside.map/1"
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import ast
 import inspect
 
-from render import text as user_text
-from render.expressions import (
+from jaxside.render import text as user_text
+from jaxside.render.expressions import (
     LINE,
     SOFT,
     TEST,
@@ -30,10 +30,10 @@ from render.expressions import (
     join,
     print_doc,
 )
-from render.expressions import (
+from jaxside.render.expressions import (
     indent as indented,
 )
-from render.text import display_width, double_quotes
+from jaxside.render.text import display_width, double_quotes
 
 __all__ = ["MODULE_WIDTH", "WIDTH", "display_width", "double_quotes", "format_body", "format_statement",
            "wrap_text"]

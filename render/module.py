@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from render import text as user_text
-from render.ir import Program
-from render.layout import MODULE_WIDTH, double_quotes, format_statement
-from render.lower import lower
-from render.lower.paths import Tree
-from tracing.trace import Trace
+from jaxside.render import text as user_text
+from jaxside.render.ir import Program
+from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
+from jaxside.render.lower import lower
+from jaxside.render.lower.paths import Tree
+from jaxside.tracing.trace import Trace
 
 _IMPORTS = {
     "jax": "import jax",

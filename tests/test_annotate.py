@@ -11,9 +11,9 @@ import pytest
 from conftest import SAMPLES, load_sample
 from golden import assert_golden
 
-from annotate.cli import main
-from render.comments import SourceMap, annotate_file, same_code
-from tracing import capture
+from jaxside.annotate.cli import main
+from jaxside.render.comments import SourceMap, annotate_file, same_code
+from jaxside.tracing import capture
 
 NAMES = ["seed_example", "mlp", "cnn", "llama_model", "rnn", "moe"]
 

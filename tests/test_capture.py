@@ -11,7 +11,7 @@ import torch
 from conftest import load_sample
 from torch.utils._python_dispatch import _len_torch_dispatch_stack
 
-from tracing import Capture, capture
+from jaxside.tracing import Capture, capture
 
 
 def test_seed_example_names_and_nested_call():

@@ -15,9 +15,9 @@ import pytest
 import torch
 from html_rows import rows
 
-import tracing._progress
-from annotate.cli import main
-from render.comments import same_code
+import jaxside.tracing._progress
+from jaxside.annotate.cli import main
+from jaxside.render.comments import same_code
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -30,9 +30,9 @@ class Renderers:
         self.traces: list = []
         self.exported: list = []
         self.export_code = 0
-        monkeypatch.setattr("render.comments.annotate_file", self.comments)
-        monkeypatch.setattr("render.html.side_by_side", self.html)
-        monkeypatch.setitem(sys.modules, "annotate.export", types.SimpleNamespace(run=self.export))
+        monkeypatch.setattr("jaxside.render.comments.annotate_file", self.comments)
+        monkeypatch.setattr("jaxside.render.html.side_by_side", self.html)
+        monkeypatch.setitem(sys.modules, "jaxside.annotate.export", types.SimpleNamespace(run=self.export))
 
     def comments(self, trace, path, *, shapes=False):
         self.traces.append(trace)
@@ -204,8 +204,8 @@ def test_watch_records_a_helper_module(tmp_path, capsys, renderers):
 
 
 def test_progress_is_reported_on_stderr_for_long_traces(tmp_path, capsys, renderers, monkeypatch):
-    monkeypatch.setattr(tracing._progress, "PROGRESS_AFTER", 0.0)
-    monkeypatch.setattr(tracing._progress, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(jaxside.tracing._progress, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(jaxside.tracing._progress, "PROGRESS_EVERY", 0.0)
     assert main([str(SAMPLES / "mlp.py")]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert any(line.startswith("annotate: tracing the root module (MLP): ") for line in lines)
@@ -250,11 +250,11 @@ def test_package_modeling_file_with_relative_imports(tmp_path, capsys, renderers
 
 
 def test_abstract_70b_llama_annotates_without_allocating_a_weight(capsys, monkeypatch):
-    import annotate.loading
-    import render.comments
+    import jaxside.annotate.loading
+    import jaxside.render.comments
 
     entries, traces = [], []
-    find_entry, annotate_file = annotate.loading.find_entry, render.comments.annotate_file
+    find_entry, annotate_file = jaxside.annotate.loading.find_entry, jaxside.render.comments.annotate_file
 
     def recording_find_entry(*args, **kwargs):
         entries.append(find_entry(*args, **kwargs))
@@ -264,8 +264,8 @@ def test_abstract_70b_llama_annotates_without_allocating_a_weight(capsys, monkey
         traces.append(trace)
         return annotate_file(trace, *args, **kwargs)
 
-    monkeypatch.setattr(annotate.loading, "find_entry", recording_find_entry)
-    monkeypatch.setattr(render.comments, "annotate_file", recording_annotate_file)
+    monkeypatch.setattr(jaxside.annotate.loading, "find_entry", recording_find_entry)
+    monkeypatch.setattr(jaxside.render.comments, "annotate_file", recording_annotate_file)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     code = main([str(SAMPLES / "llama_model.py"), "--abstract", "--entry", 'build("70B")',
                  "--inputs", "(torch.zeros(1, 8, dtype=torch.long), torch.arange(8))"])
@@ -286,7 +286,7 @@ def test_abstract_70b_llama_annotates_without_allocating_a_weight(capsys, monkey
 
 def test_python_m_annotate_exits_with_the_code(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "annotate", str(tmp_path / "absent.py")],
+        [sys.executable, "-m", "jaxside", str(tmp_path / "absent.py")],
         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 2 and result.stdout == ""
@@ -336,7 +336,7 @@ def test_quiet_and_verbose_exclude_each_other(tmp_path, capsys):
 
 
 def test_version(capsys):
-    from annotate import __version__
+    from jaxside.annotate import __version__
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"annotate (jaxside {__version__})\n"
@@ -355,7 +355,7 @@ def test_first_status_line_comes_before_torch_is_imported(tmp_path):
     write(tmp_path / "site" / "torch" / "__init__.py", "raise ImportError('torch is slow to import')\n")
     model = write(tmp_path / "model.py", "def example():\n    return abs, (1,)\n")
     result = subprocess.run(
-        [sys.executable, "-m", "annotate", str(model)], capture_output=True, text=True, cwd=tmp_path,
+        [sys.executable, "-m", "jaxside", str(model)], capture_output=True, text=True, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)])},
     )
     assert result.returncode != 0
@@ -371,14 +371,14 @@ class Terminal(io.StringIO):
 
 
 def test_status_on_a_terminal_is_one_line_redrawn_and_cleared(monkeypatch):
-    from annotate.status import Status
+    from jaxside.annotate.status import Status
 
     screen = Terminal()
     status = Status(screen)
     assert status.live
     status.modules = {"": 0, "layers.0": 1, "layers.1": 2, "norm": 3}
     status.phase("tracing Net")
-    status.progress(tracing._capture.Progress("tracing", 2.5, 1234, "layers.1", "Block"))
+    status.progress(jaxside.tracing._capture.Progress("tracing", 2.5, 1234, "layers.1", "Block"))
     print("the user's print", file=status.writer())
     status.say("wrote out.py")
     status.close()
@@ -391,12 +391,12 @@ def test_status_on_a_terminal_is_one_line_redrawn_and_cleared(monkeypatch):
 
 
 def test_status_elsewhere_is_plain_lines():
-    from annotate.status import Status
+    from jaxside.annotate.status import Status
 
     log = io.StringIO()
     status = Status(log)
     assert not status.live
     status.phase("tracing Net")
-    status.progress(tracing._capture.Progress("recording", 3.0, 99))
+    status.progress(jaxside.tracing._capture.Progress("recording", 3.0, 99))
     status.close()
     assert log.getvalue() == "annotate: tracing Net\nannotate: recording: 99 equations, 3.0 s\n"

@@ -6,9 +6,9 @@ import ast
 import textwrap
 from types import SimpleNamespace
 
-from render.comments import Note, SourceMap, notes_for, place, same_code
-from render.ir import Statement
-from tracing import Call, Site
+from jaxside.render.comments import Note, SourceMap, notes_for, place, same_code
+from jaxside.render.ir import Statement
+from jaxside.tracing import Call, Site
 
 SOURCE = textwrap.dedent('''\
     import torch

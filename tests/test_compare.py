@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from annotate.compare import compare
+from jaxside.annotate.compare import compare
 
 
 def verdicts(got, want, **options):

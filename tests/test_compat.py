@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracing import _compat
+from jaxside.tracing import _compat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def run_with_fake_torchax(tmp_path: Path, amp_source: str) -> subprocess.Complet
     script = textwrap.dedent(f"""
         import sys
         sys.path[:0] = [{str(tmp_path)!r}, {str(ROOT)!r}]
-        from tracing import _compat
+        from jaxside.tracing import _compat
         _compat.import_torchax()
         import torchax.amp
         print(_compat.shim_applied, getattr(torchax.amp, "POLICY", None))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from annotate.cli import main
+from jaxside.annotate.cli import main
 
 MODEL = '''\
 import torch
@@ -413,7 +413,9 @@ def test_output_directory_missing(run, tmp_path):
 def test_output_directory_not_writable(run, monkeypatch):
     # /sys refuses new files even to root, who passes every permission check (as in containers):
     # the path is tried before anything runs, not after the whole trace.
-    monkeypatch.setattr("tracing.Capture.__call__", lambda *a, **k: pytest.fail("traced before refusing"))
+    monkeypatch.setattr(
+        "jaxside.tracing.Capture.__call__", lambda *a, **k: pytest.fail("traced before refusing")
+    )
     result = run(MODEL, "--entry", "Net()", "--inputs", "torch.ones(3)", "-o", "/sys/jaxside_out.py")
     assert result.code == 2
     assert result.only_line() == (
@@ -447,7 +449,7 @@ def test_unknown_flag_is_a_usage_error(run):
 
 def test_internal_error(run, monkeypatch):
     # A bug of ours: it raises in jaxside's own frames, with no user frame to blame.
-    monkeypatch.setattr("tracing._assemble.SourceIndex", None)
+    monkeypatch.setattr("jaxside.tracing._assemble.SourceIndex", None)
     result = run(MODEL, "--entry", "Net()", "--inputs", "torch.ones(3)")
     assert result.code == 123
     assert result.only_line().startswith(

@@ -20,11 +20,11 @@ import torch
 from conftest import SAMPLES, assert_defs_shared, load_sample
 from golden import assert_golden
 
-from annotate.export import check, compare_gradients, load_module, to_jax
-from render.ir import Loop, Program
-from render.lower import lower
-from render.module import render_program
-from tracing import Capture, capture
+from jaxside.annotate.export import check, compare_gradients, load_module, to_jax
+from jaxside.render.ir import Loop, Program
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
+from jaxside.tracing import Capture, capture
 
 NAMES = ["seed_example", "mlp", "cnn", "llama_model", "rnn", "moe"]
 
@@ -251,7 +251,7 @@ def test_mlp_under_vmap():
 
 
 def test_cli_export_and_check(tmp_path, capsys):
-    from annotate.cli import main
+    from jaxside.annotate.cli import main
 
     out = tmp_path / "mlp_jax.py"
     assert main([str(SAMPLES / "mlp.py"), "--export", "-o", str(out), "--check"]) == 0
@@ -291,7 +291,7 @@ def _nested(depth: int) -> torch.nn.Module:
 
 
 def test_deep_nesting_lowers_in_work_linear_in_the_program(monkeypatch):
-    from render.lower.calltree import CallTree
+    from jaxside.render.lower.calltree import CallTree
 
     sizes: list[int] = []
     signature = CallTree.signature

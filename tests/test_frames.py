@@ -12,7 +12,7 @@ import sys
 import pytest
 from plain_values import Box, Probe, Value
 
-from tracing._frames import _BACKENDS, DEFAULT_BACKEND, Recorder
+from jaxside.tracing._frames import _BACKENDS, DEFAULT_BACKEND, Recorder
 
 
 def is_this_file(filename: str) -> bool:

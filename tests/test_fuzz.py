@@ -105,17 +105,17 @@ def test_torchax_issue_still_there(name: str) -> None:
 
 
 def test_a_jaxside_crash_during_capture_fails_and_a_torchax_failure_is_set_aside(monkeypatch):
-    import tracing._capture
+    import jaxside.tracing._capture
 
     tanh = program([((3,), F32)], "v1 = torch.tanh(v0)")
-    assemble = tracing._capture.assemble
+    assemble = jaxside.tracing._capture.assemble
 
     def broken(entry, closed, *rest):
         if any(eqn.primitive.name == "tanh" for eqn in closed.jaxpr.eqns):
             raise RuntimeError("a jaxside bug")
         return assemble(entry, closed, *rest)
 
-    monkeypatch.setattr(tracing._capture, "assemble", broken)
+    monkeypatch.setattr(jaxside.tracing._capture, "assemble", broken)
     with pytest.raises(Crash, match="jaxside raised during capture .*a jaxside bug"):
         roundtrip(tanh)
     roundtrip(program([((3,), F32)], "v1 = torch.sin(v0)"))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotate.cli import main
-from render.comments import display_width
+from jaxside.annotate.cli import main
+from jaxside.render.comments import display_width
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,7 +165,7 @@ def test_dev_stdin_with_an_ascii_locale_in_a_real_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}
     with open(file, "rb") as stdin:
         result = subprocess.run(
-            [sys.executable, "-m", "annotate", "/dev/stdin", "-q"],
+            [sys.executable, "-m", "jaxside", "/dev/stdin", "-q"],
             stdin=stdin, capture_output=True, env=env, cwd=tmp_path,
         )
     assert result.returncode == 0, result.stderr.decode()
@@ -239,7 +239,7 @@ def test_ctrl_c_at_any_moment_exits_130_and_writes_nothing(tmp_path):
     for n, delay in enumerate(delays):
         out = tmp_path / f"out{n}.py"
         process = subprocess.Popen(
-            [sys.executable, "-m", "annotate", str(file), "-o", str(out)],
+            [sys.executable, "-m", "jaxside", str(file), "-o", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path,
         )
         runs.append((process, delay, out))

@@ -10,10 +10,10 @@ import torch
 from browser import chrome, in_view, needs_browser
 from html_rows import by_id
 
-from annotate.loading import load_file
-from render.html import side_by_side
-from render.html.highlight import lines
-from tracing import Capture
+from jaxside.annotate.loading import load_file
+from jaxside.render.html import side_by_side
+from jaxside.render.html.highlight import lines
+from jaxside.tracing import Capture
 
 HELPER = '''\
 import torch
@@ -197,8 +197,8 @@ def test_lines_that_did_not_run_are_told_from_the_evidence(tmp_path: Path):
     a def never called did not run; comments in code that ran count as run."""
     import ast
 
-    from render.html.runs import Runs
-    from tracing.trace import Call, Site
+    from jaxside.render.html.runs import Runs
+    from jaxside.tracing.trace import Call, Site
 
     file = tmp_path / "runs.py"
     file.write_text(RUNS_SOURCE)

@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from annotate.export import entry_inputs, load_module
-from render import names, text
-from render.lower import lower
-from render.module import render_program
-from tracing import capture
+from jaxside.annotate.export import entry_inputs, load_module
+from jaxside.render import names, text
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
+from jaxside.tracing import capture
 
 GOLDEN = Path(__file__).parent / "golden" / "export"
 

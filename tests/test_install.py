@@ -63,12 +63,37 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env / "bin"
 
 
+def _checkout_packages() -> list[str]:
+    """Every package of the checkout, as it is imported: `jaxside.render.rules` for render/rules/."""
+    return ["jaxside"] + [".".join(["jaxside", *init.parent.relative_to(ROOT).parts])
+                          for top in ("annotate", "tracing", "render")
+                          for init in sorted((ROOT / top).rglob("__init__.py"))]
+
+
 def test_the_wheel_holds_the_packages_and_their_data(installed):
-    code = ("import annotate.cli as cli, render.html as html\n"
-            "print(cli.__file__); print(html.__file__)")
-    where = _run([str(installed / "python"), "-c", code], installed)
+    packages = _checkout_packages()
+    code = ("import importlib, sys\n"
+            "for name in sys.argv[1:]: print(importlib.import_module(name).__file__)\n"
+            "import jaxside.render.html as html; print(html.__file__)")
+    where = _run([str(installed / "python"), "-c", code, *packages], installed)
+    assert len(where.stdout.split()) == len(packages) + 1
     for line in where.stdout.split():
         assert line.startswith(str(installed.parent)), line  # the venv's copy, not the checkout
+    for generic in ("annotate", "tracing", "render"):  # taken by other distributions: not installed
+        missing = subprocess.run([str(installed / "python"), "-c", f"import {generic}"], cwd=installed,
+                                 capture_output=True, text=True)
+        assert "ModuleNotFoundError" in missing.stderr, generic
+
+
+def test_the_api_and_python_m_jaxside(installed, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    version = _run([str(installed / "python"), "-m", "jaxside", "--version"], tmp_path)
+    assert version.stdout.startswith("annotate (jaxside ")
+    code = ("import sys, jaxside\nassert 'torch' not in sys.modules\n"
+            "import torch\nfrom jaxside import capture\n"
+            "trace = capture(lambda x: torch.tanh(x) * 2, torch.ones(3))\nprint(repr(trace))")
+    traced = _run([str(installed / "python"), "-c", code], tmp_path)
+    assert traced.stdout.startswith("<Trace of ") and "equations" in traced.stdout
 
 
 def test_annotate_runs_from_another_directory(installed, tmp_path):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from tracing import _internals
+from jaxside.tracing import _internals
 
 
 def test_tracer_var_equation_count_and_tracebacks():

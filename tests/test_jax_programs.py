@@ -21,11 +21,11 @@ import pytest
 from conftest import SAMPLES, assert_defs_shared, load_sample
 from golden import assert_golden
 
-from annotate.export import load_module
-from render.ir import Program
-from render.lower import lower
-from render.module import render_program
-from tracing import Capture, Trace, capture
+from jaxside.annotate.export import load_module
+from jaxside.render.ir import Program
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
+from jaxside.tracing import Capture, Trace, capture
 
 
 @dataclass
@@ -266,7 +266,7 @@ def test_sourceror_readme_example_exports_and_matches():
 def llama_loss_setup():
     import torch
 
-    from tracing import _internals
+    from jaxside.tracing import _internals
 
     llama = load_sample("llama_model")
     torch.manual_seed(0)
@@ -406,7 +406,7 @@ def test_sharding_constraints_and_shard_map_on_a_one_device_mesh():
 
 
 def test_annotate_exports_and_checks_a_jax_file(tmp_path, capsys):
-    from annotate.cli import main
+    from jaxside.annotate.cli import main
 
     out = tmp_path / "programs_jax.py"
     assert main([str(SAMPLES / "jax_programs.py"), "--export", "-o", str(out), "--check"]) == 0

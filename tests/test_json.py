@@ -7,9 +7,9 @@ import json
 
 from conftest import SAMPLES, load_sample
 
-from annotate.cli import main
-from render.json import SCHEMA, line_map
-from tracing import capture
+from jaxside.annotate.cli import main
+from jaxside.render.json import SCHEMA, line_map
+from jaxside.tracing import capture
 
 
 def test_map_names_each_value_as_the_trace_does():

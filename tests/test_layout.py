@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from render.layout import format_body
+from jaxside.render.layout import format_body
 
 RUFF = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
 EXPORTS = sorted((ROOT / "tests" / "golden" / "export").glob("*.py"))

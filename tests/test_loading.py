@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotate.errors import Failure
-from annotate.loading import find_entry, isolated, load_file
+from jaxside.annotate.errors import Failure
+from jaxside.annotate.loading import find_entry, isolated, load_file
 
 
 def write(path: Path, source: str) -> Path:
@@ -78,8 +78,8 @@ def test_package_file_with_relative_imports_is_imported_by_its_dotted_name(tmp_p
 
 
 def test_a_package_named_like_one_already_imported_is_refused(tmp_path):
-    # `render` is ours, maybe not imported yet: loading a user's `render` package would shadow it.
-    for name in ("json", "render"):
+    # `jaxside` is ours: loading a user's `jaxside` package would shadow it.
+    for name in ("json", "jaxside"):
         write(tmp_path / name / "__init__.py", "")
         file = write(tmp_path / name / "model.py", "X = 1\n")
         with isolated(), pytest.raises(Failure, match=f"part of package `{name}`, but that name is taken"):

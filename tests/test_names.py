@@ -6,7 +6,7 @@ import keyword
 
 import pytest
 
-from render.names import DERIVED, Scope, expression_name, function_name, identifier, snake
+from jaxside.render.names import DERIVED, Scope, expression_name, function_name, identifier, snake
 
 
 @pytest.mark.parametrize(

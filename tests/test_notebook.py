@@ -32,10 +32,10 @@ class Block(nn.Module):
         return gated + 1.0
 ''',
     '''
-import render.html
-from render.comments import annotate_file
-from render.module import export_module
-from tracing import capture
+import jaxside.render.html
+from jaxside.render.comments import annotate_file
+from jaxside.render.module import export_module
+from jaxside.tracing import capture
 
 trace = capture(Block(), torch.randn(2, 8))
 formats, _ = get_ipython().display_formatter.format(trace)
@@ -43,7 +43,7 @@ result = {
     "file": trace.root.file,
     "module": export_module(trace, source="a cell"),
     "annotated": annotate_file(trace),
-    "page": render.html.side_by_side(trace),
+    "page": jaxside.render.html.side_by_side(trace),
     "repr": formats["text/plain"],
     "html": formats.get("text/html"),
 }

@@ -33,8 +33,8 @@ from fuzzing.rewrites import PROOFS, prove
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
-from render.rules import REWRITES, RULES, Flat, render_eqn
-from tracing import capture
+from jaxside.render.rules import REWRITES, RULES, Flat, render_eqn
+from jaxside.tracing import capture
 
 _SEEN = Seen()
 

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from annotate.export import check, entry_inputs, load_module, run_jitted
-from render.lower import lower
-from render.module import render_program
-from tracing import capture, example_key, random_outputs
+from jaxside.annotate.export import check, entry_inputs, load_module, run_jitted
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
+from jaxside.tracing import capture, example_key, random_outputs
 
 
 def exported(model, *args, **kwargs):
@@ -210,7 +210,7 @@ def test_without_random_ops_there_is_no_key():
 
 
 def test_torch_eager_failing_under_check_is_the_users_error(tmp_path, capsys):
-    from annotate.cli import main
+    from jaxside.annotate.cli import main
 
     source = tmp_path / "bad_cache.py"
     source.write_text(
@@ -273,7 +273,7 @@ def test_a_call_returning_a_view_made_elsewhere_keeps_the_positions_of_the_rest(
 
 
 def test_grouped_mm_names_the_op_the_line_and_the_way_around(tmp_path, capsys):
-    from annotate.cli import main
+    from jaxside.annotate.cli import main
 
     source = tmp_path / "experts.py"
     source.write_text(

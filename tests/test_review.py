@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from html_rows import rows
 
-from annotate.cli import main
+from jaxside.annotate.cli import main
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 # bug -> (text of the correct line, what the bug makes of it)

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from annotate.cli import main
-from annotate.review_fit import Leaf, fit, given_recipe, layout
+from jaxside.annotate.cli import main
+from jaxside.annotate.review_fit import Leaf, fit, given_recipe, layout
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PORTS = {"nnx": ("flax", "llama_nnx.py"), "linen": ("flax", "llama_linen.py"),
@@ -85,8 +85,8 @@ def test_fitted_weights_give_torch_logits(port: str) -> None:
     import jax.numpy as jnp
     import torch
 
-    from annotate.loading import load_file
-    from annotate.review_frameworks import module_port
+    from jaxside.annotate.loading import load_file
+    from jaxside.annotate.review_frameworks import module_port
 
     model, (idx, pos) = load_file(str(SAMPLES / "llama_model.py")).example()
     with torch.no_grad():

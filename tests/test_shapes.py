@@ -15,10 +15,10 @@ import pytest
 import torch
 from conftest import SAMPLES, load_sample
 
-from annotate.export import check, load_module, to_jax
-from render.lower import lower
-from render.module import render_program
-from tracing import Capture
+from jaxside.annotate.export import check, load_module, to_jax
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
+from jaxside.tracing import Capture
 
 
 def export(fn: Any, *args: Any) -> tuple[Any, Any]:
@@ -136,7 +136,7 @@ def test_static_shapes_keep_every_size_as_traced():
 
 
 def test_check_runs_at_another_shape_and_static_shapes_keeps_the_traced_ones(tmp_path, capsys):
-    from annotate.cli import main
+    from jaxside.annotate.cli import main
 
     out = tmp_path / "cnn_jax.py"
     assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check"]) == 0

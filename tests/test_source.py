@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import dis
 
-from tracing._source import SourceIndex
+from jaxside.tracing._source import SourceIndex
 
 
 def test_non_ascii_source_keeps_its_spans_and_nodes(tmp_path):

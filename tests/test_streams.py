@@ -1,6 +1,6 @@
 """Standard streams as users have them: an ASCII-only stdout, FILE on /dev/stdin, -q and -v for review.
 
-Each run is a real `python -m annotate` process, since the encoding of stdout and what stdin is
+Each run is a real `python -m jaxside` process, since the encoding of stdout and what stdin is
 are the process's own.
 """
 
@@ -23,7 +23,7 @@ def _annotate(args: list[str], cwd: Path, env: dict[str, str] | None = None,
               stdin: Path | None = None) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     with open(stdin or os.devnull, "rb") as given:
-        return subprocess.run([sys.executable, "-m", "annotate", *args], cwd=cwd, env=environment,
+        return subprocess.run([sys.executable, "-m", "jaxside", *args], cwd=cwd, env=environment,
                               stdin=given, capture_output=True)
 
 

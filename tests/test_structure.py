@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("annotate", "render", "tracing")
-PACKAGES = PROJECT
+PACKAGES = tuple(f"jaxside.{p}" for p in PROJECT)  # installed and imported in one namespace
 MAX_LINES = 500
 
 
@@ -35,7 +35,7 @@ def module_files() -> dict[str, Path]:
     for package in PROJECT:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+            found[".".join(["jaxside", *(parts[:-1] if parts[-1] == "__init__" else parts)])] = path
     return found
 
 
@@ -72,7 +72,7 @@ def imports_in(source: str, name: str, package: str) -> list[Import]:
             visit(child)
 
     visit(ast.parse(source))
-    return [item for item in found if item.module.split(".")[0] in PROJECT]
+    return [item for item in found if any(in_package(item.module, p) for p in PACKAGES)]
 
 
 def in_package(module: str, package: str) -> bool:
@@ -154,8 +154,8 @@ def test_no_private_name_is_borrowed(package):
 def test_tracing_imports_neither_render_nor_annotate():
     upward = [
         f"{MODULES[item.importer].relative_to(ROOT)}:{item.line}: {item.module}"
-        for name in MODULES if in_package(name, "tracing") for item in imports_of(name)
-        if not in_package(item.module, "tracing")
+        for name in MODULES if in_package(name, "jaxside.tracing") for item in imports_of(name)
+        if not in_package(item.module, "jaxside.tracing")
     ]
     assert upward == []
 
@@ -164,17 +164,18 @@ def test_the_rules_see_what_they_must():
     """The checks above see imports inside functions, skip TYPE_CHECKING ones, find a circle and a
     borrowed name (on made-up code, so they are known to fail when they should)."""
     source = (
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tracing import _capture\n"
-        "def f():\n    from tracing import _files\n    from . import errors\n    from .trace import Site\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jaxside.tracing import _capture\n"
+        "def f():\n    from jaxside.tracing import _files\n"
+        "    from . import errors\n    from .trace import Site\n"
     )
-    found = imports_in(source, "tracing._made_up", "tracing")
+    found = imports_in(source, "jaxside.tracing._made_up", "jaxside.tracing")
     assert [(i.module, i.name) for i in found] == [
-        ("tracing._files", None), ("tracing.errors", None), ("tracing.trace", "Site")
+        ("jaxside.tracing._files", None), ("jaxside.tracing.errors", None), ("jaxside.tracing.trace", "Site")
     ]
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _path_back(graph, "a") == ["a", "b", "c", "a"]
     assert _path_back(graph, "d") is None
-    assert borrowed_private(Import("annotate.cli", 1, "tracing._progress", "PROGRESS_AFTER"))
-    assert borrowed_private(Import("tracing._jaxfn", 1, "tracing.errors", "_classify"))
-    assert borrowed_private(Import("tracing._jaxfn", 1, "tracing._torch", "_Slot")) is None
-    assert borrowed_private(Import("tracing._jaxfn", 1, "tracing._internals")) is None
+    assert borrowed_private(Import("jaxside.annotate.cli", 1, "jaxside.tracing._progress", "PROGRESS_AFTER"))
+    assert borrowed_private(Import("jaxside.tracing._jaxfn", 1, "jaxside.tracing.errors", "_classify"))
+    assert borrowed_private(Import("jaxside.tracing._jaxfn", 1, "jaxside.tracing._torch", "_Slot")) is None
+    assert borrowed_private(Import("jaxside.tracing._jaxfn", 1, "jaxside.tracing._internals")) is None

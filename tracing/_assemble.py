@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 
-from tracing import _internals
-from tracing._frames import CallRecord
-from tracing._gradients import custom_jvp_rules, gradients
-from tracing._jaxprs import is_backward, walk
-from tracing._session import Entry, Returned
-from tracing._source import SourceIndex
-from tracing.trace import Call, Input, Origin, Site, StateUpdate, Trace
+from jaxside.tracing import _internals
+from jaxside.tracing._frames import CallRecord
+from jaxside.tracing._gradients import custom_jvp_rules, gradients
+from jaxside.tracing._jaxprs import is_backward, walk
+from jaxside.tracing._session import Entry, Returned
+from jaxside.tracing._source import SourceIndex
+from jaxside.tracing.trace import Call, Input, Origin, Site, StateUpdate, Trace
 
 
 def assemble(

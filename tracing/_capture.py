@@ -14,17 +14,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracing import _internals
-from tracing._assemble import assemble
-from tracing._frames import DEFAULT_BACKEND, Recorder
-from tracing._jaxfn import JaxSession, is_jax_entry
-from tracing._probe import Probe
-from tracing._progress import Progress, Reporter
-from tracing._random import drop_unused_key
-from tracing._session import Returned, Session
-from tracing._torch import TorchSession
-from tracing.errors import make_jaxpr_classified
-from tracing.trace import Trace
+from jaxside.tracing import _internals
+from jaxside.tracing._assemble import assemble
+from jaxside.tracing._frames import DEFAULT_BACKEND, Recorder
+from jaxside.tracing._jaxfn import JaxSession, is_jax_entry
+from jaxside.tracing._probe import Probe
+from jaxside.tracing._progress import Progress, Reporter
+from jaxside.tracing._random import drop_unused_key
+from jaxside.tracing._session import Returned, Session
+from jaxside.tracing._torch import TorchSession
+from jaxside.tracing.errors import make_jaxpr_classified
+from jaxside.tracing.trace import Trace
 
 
 @dataclass

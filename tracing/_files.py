@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import torch
 
-from tracing import _internals
+from jaxside.tracing import _internals
 
 # Never user code, even when asked for: the engines under the user's code, and ourselves.
 _LIBRARY_DIRS = tuple(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracing import _internals
-from tracing._jaxprs import is_backward, walk
-from tracing.trace import Call, Origin, Site
+from jaxside.tracing import _internals
+from jaxside.tracing._jaxprs import is_backward, walk
+from jaxside.tracing.trace import Call, Origin, Site
 
 
 def gradients(

@@ -33,7 +33,7 @@ from jax._src import core as jax_core  # jax 0.10
 from jax._src.interpreters import ad, batching  # jax 0.10
 from jax._src.interpreters import partial_eval as pe  # jax 0.10
 
-from tracing._compat import import_torchax
+from jaxside.tracing._compat import import_torchax
 
 torchax = import_torchax()
 from torchax.ops import mappings as _mappings  # noqa: E402  (needs the import above first)

@@ -20,12 +20,12 @@ import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
-from tracing import _internals
-from tracing._files import user_files
-from tracing._frames import CallRecord, Recorder
-from tracing._progress import Reporter
-from tracing._session import Entry, Returned, bind
-from tracing.errors import OutputError
+from jaxside.tracing import _internals
+from jaxside.tracing._files import user_files
+from jaxside.tracing._frames import CallRecord, Recorder
+from jaxside.tracing._progress import Reporter
+from jaxside.tracing._session import Entry, Returned, bind
+from jaxside.tracing.errors import OutputError
 
 # What `jax.grad` and friends say their wrapper is, first words of its docstring -> the name prefix.
 _TRANSFORMS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from tracing import _internals
+from jaxside.tracing import _internals
 
 _BACKWARD = "transpose"
 """The name-stack transform of a backward pass: `jax.grad`'s is ``transpose(jvp())``."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tracing import _internals
+from jaxside.tracing import _internals
 
 
 class Probe:

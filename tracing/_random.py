@@ -18,8 +18,8 @@ from typing import Any
 
 import jax
 
-from tracing._session import Entry
-from tracing.trace import Trace
+from jaxside.tracing._session import Entry
+from jaxside.tracing.trace import Trace
 
 KEY = "key"
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from tracing.errors import InputsError
-from tracing.trace import Frontend, InputKind
+from jaxside.tracing.errors import InputsError
+from jaxside.tracing.trace import Frontend, InputKind
 
 if TYPE_CHECKING:
-    from tracing._frames import Recorder
-    from tracing._progress import Reporter
+    from jaxside.tracing._frames import Recorder
+    from jaxside.tracing._progress import Reporter
 
 
 @dataclass(frozen=True)

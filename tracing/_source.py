@@ -13,7 +13,7 @@ from types import CodeType
 
 from asttokens import LineNumbers
 
-from tracing.trace import Site
+from jaxside.tracing.trace import Site
 
 
 class SourceIndex:

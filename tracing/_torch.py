@@ -21,15 +21,15 @@ import jax
 import torch
 import torch.utils._pytree as torch_pytree
 
-from tracing import _internals
-from tracing._files import module_of, user_files
-from tracing._frames import Recorder
-from tracing._outputs import held_tensors, holds_tensor, plain_output, with_tensors
-from tracing._progress import Reporter
-from tracing._random import key_input, key_name
-from tracing._session import Entry, Returned, bind, entry_code
-from tracing.errors import OutputError
-from tracing.trace import InputKind
+from jaxside.tracing import _internals
+from jaxside.tracing._files import module_of, user_files
+from jaxside.tracing._frames import Recorder
+from jaxside.tracing._outputs import held_tensors, holds_tensor, plain_output, with_tensors
+from jaxside.tracing._progress import Reporter
+from jaxside.tracing._random import key_input, key_name
+from jaxside.tracing._session import Entry, Returned, bind, entry_code
+from jaxside.tracing.errors import OutputError
+from jaxside.tracing.trace import InputKind
 
 
 @dataclass

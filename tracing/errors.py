@@ -16,9 +16,9 @@ from typing import Any
 import jax
 import torch
 
-from tracing import _internals
-from tracing._source import SourceIndex
-from tracing.trace import Site
+from jaxside.tracing import _internals
+from jaxside.tracing._source import SourceIndex
+from jaxside.tracing.trace import Site
 
 
 class CaptureError(Exception):

@@ -160,7 +160,7 @@ class Trace:
                 f"{calls} nested call{'s' if calls != 1 else ''} of user code>")
 
     def _repr_html_(self) -> str | None:
-        """Jupyter's view: torch beside its JAX, once a view is registered (`import render.html`
+        """Jupyter's view: torch beside its JAX, once a view is registered (`import jaxside.render.html`
         registers the side-by-side page); else Jupyter shows the repr."""
         return HTML_VIEWS[-1](self) if HTML_VIEWS else None
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from render.html.page import framed
-from render.html.view import side_by_side
-from tracing.trace import register_html_view
+from jaxside.render.html.page import framed
+from jaxside.render.html.view import side_by_side
+from jaxside.tracing.trace import register_html_view
 
 __all__ = ["notebook_view", "side_by_side"]
 

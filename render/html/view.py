@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 # The data model and the comments printer's notes: the only render internals read here.
-from render.comments import Note, SourceMap, comment_lines, notes_for, statement_text
-from render.html import folds, highlight
-from render.html.page import document
-from render.html.runs import Runs
-from render.lower import lower
-from render.source import read_source
+from jaxside.render.comments import Note, SourceMap, comment_lines, notes_for, statement_text
+from jaxside.render.html import folds, highlight
+from jaxside.render.html.page import document
+from jaxside.render.html.runs import Runs
+from jaxside.render.lower import lower
+from jaxside.render.source import read_source
 
 WIDTH = 80
 """JAX statements are wrapped to this many characters, as comments mode wraps them."""

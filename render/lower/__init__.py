@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from render.lower.context import LoweringError
-from render.lower.pipeline import lower
+from jaxside.render.lower.context import LoweringError
+from jaxside.render.lower.pipeline import lower
 
 __all__ = ["LoweringError", "lower"]

@@ -17,11 +17,11 @@ from typing import Any
 
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
-from render import names as naming
-from render.ir import Define, Function, Statement, named
-from render.lower.context import CALL_LIKE, INLINE_LIMIT, Context, LoweringError
-from render.names import Scope
-from render.rules import (
+from jaxside.render import names as naming
+from jaxside.render.ir import Define, Function, Statement, named
+from jaxside.render.lower.context import CALL_LIKE, INLINE_LIMIT, Context, LoweringError
+from jaxside.render.names import Scope
+from jaxside.render.rules import (
     RULES,
     Shape,
     Signature,
@@ -34,8 +34,8 @@ from render.rules import (
     render_eqn,
     shape_expr,
 )
-from render.source import site_contains
-from tracing.trace import Site
+from jaxside.render.source import site_contains
+from jaxside.tracing.trace import Site
 
 
 class Body:

@@ -15,13 +15,13 @@ from typing import Any
 
 from jax.extend.core import Literal, Var
 
-from render import names as naming
-from render import source as torch_source
-from render.ir import Function, Statement, named
-from render.lower.body import Body
-from render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
-from render.lower.context import INLINE_LIMIT, Context, LoweringError
-from render.lower.paths import (
+from jaxside.render import names as naming
+from jaxside.render import source as torch_source
+from jaxside.render.ir import Function, Statement, named
+from jaxside.render.lower.body import Body
+from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
+from jaxside.render.lower.context import INLINE_LIMIT, Context, LoweringError
+from jaxside.render.lower.paths import (
     call_args,
     nested_dict,
     path_expr,
@@ -31,9 +31,9 @@ from render.lower.paths import (
     spec_expr,
     tree_root,
 )
-from render.rules import Structured, atom_expr
-from render.source import site_contains
-from tracing.trace import Site
+from jaxside.render.rules import Structured, atom_expr
+from jaxside.render.source import site_contains
+from jaxside.tracing.trace import Site
 
 
 class CallDef(Body):

@@ -15,10 +15,10 @@ from typing import Any
 
 from jax.extend.core import Literal, Var
 
-from render.ir import Function
-from render.lower.context import Context, canonical
-from render.lower.paths import relative, under
-from tracing.trace import Call
+from jaxside.render.ir import Function
+from jaxside.render.lower.context import Context, canonical
+from jaxside.render.lower.paths import relative, under
+from jaxside.tracing.trace import Call
 
 
 @dataclass(eq=False)

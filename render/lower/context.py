@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
-from render import names as naming
-from render.ir import Function, named
-from render.lower.paths import Tree
-from render.names import Scope
-from render.rules import fuse
-from tracing.trace import Input, Trace
+from jaxside.render import names as naming
+from jaxside.render.ir import Function, named
+from jaxside.render.lower.paths import Tree
+from jaxside.render.names import Scope
+from jaxside.render.rules import fuse
+from jaxside.tracing.trace import Input, Trace
 
 CALL_LIKE = frozenset(
     {"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call", "custom_vjp_call",

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from render import source as torch_source
-from render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
-from render.lower.context import LoweringError
-from render.lower.variants import Atom, Fit, expression, fit, parallel_diff, size_expr
-from tracing.trace import Trace
+from jaxside.render import source as torch_source
+from jaxside.render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
+from jaxside.render.lower.context import LoweringError
+from jaxside.render.lower.variants import Atom, Fit, expression, fit, parallel_diff, size_expr
+from jaxside.tracing.trace import Trace
 
 Resize = dict[str, tuple[int, ...]]
 REFUSED = "the torch code fails at"

@@ -13,10 +13,10 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from render import source as torch_source
-from render.ir import Function, Loop, Statement, named
-from render.lower.context import Context
-from tracing.trace import Site
+from jaxside.render import source as torch_source
+from jaxside.render.ir import Function, Loop, Statement, named
+from jaxside.render.lower.context import Context
+from jaxside.tracing.trace import Site
 
 
 def reroll(low: Context, function: Function) -> None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from render.ir import Function, named
+from jaxside.render.ir import Function, named
 
 
 def under(path: str, anchor: str | None) -> bool:

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from render import names as naming
-from render.ir import Function, Program
-from render.lower.calldef import CallDef
-from render.lower.calltree import CallTree
-from render.lower.context import Context
-from render.lower.dims import Resize, generalize
-from render.lower.loops import reroll
-from render.lower.variants import merge_variants
-from tracing.trace import Trace
+from jaxside.render import names as naming
+from jaxside.render.ir import Function, Program
+from jaxside.render.lower.calldef import CallDef
+from jaxside.render.lower.calltree import CallTree
+from jaxside.render.lower.context import Context
+from jaxside.render.lower.dims import Resize, generalize
+from jaxside.render.lower.loops import reroll
+from jaxside.render.lower.variants import merge_variants
+from jaxside.tracing.trace import Trace
 
 
 def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Program:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from render.ir import Function, named
-from render.lower.calltree import Group
+from jaxside.render.ir import Function, named
+from jaxside.render.lower.calltree import Group
 
 Atom = tuple[str, int]
 """A dimension of a def's argument: (parameter, axis)."""

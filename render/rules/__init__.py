@@ -33,11 +33,20 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from render.rules import control, elementwise, idioms, known_calls, linalg, random, reductions, shapes
-from render.rules._core import REWRITES, Rule, atom_expr, call, dotted, exact
-from render.rules.emitter import Emitter, Flat, Shape, Signature, Structured, indices, pack, shape_expr
-from render.rules.idioms import fuse
-from render.rules.known_calls import function_source
+from jaxside.render.rules import control, elementwise, idioms, known_calls, linalg, random, reductions, shapes
+from jaxside.render.rules._core import REWRITES, Rule, atom_expr, call, dotted, exact
+from jaxside.render.rules.emitter import (
+    Emitter,
+    Flat,
+    Shape,
+    Signature,
+    Structured,
+    indices,
+    pack,
+    shape_expr,
+)
+from jaxside.render.rules.idioms import fuse
+from jaxside.render.rules.known_calls import function_source
 
 __all__ = [
     "REWRITES", "RULES", "Emitter", "Flat", "Rule", "Shape", "Signature", "Structured", "atom_expr", "call",

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
 
-from render.rules.emitter import Emitter, Structured
+from jaxside.render.rules.emitter import Emitter, Structured
 
 Rule = Callable[[Any, list[ast.expr], Emitter], "ast.expr | Structured"]
 

@@ -18,9 +18,19 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Literal
 
-from render.rules._core import Rule, _lambda_args, atom_expr, call, dotted, exact, kw, literal, registrar
-from render.rules.emitter import Emitter, Signature, Structured, pack
-from render.rules.known_calls import known_call
+from jaxside.render.rules._core import (
+    Rule,
+    _lambda_args,
+    atom_expr,
+    call,
+    dotted,
+    exact,
+    kw,
+    literal,
+    registrar,
+)
+from jaxside.render.rules.emitter import Emitter, Signature, Structured, pack
+from jaxside.render.rules.known_calls import known_call
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

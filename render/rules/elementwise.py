@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal
 
-from render.rules._core import (
+from jaxside.render.rules._core import (
     Rule,
     _dtype,
     _is_float,
@@ -25,7 +25,7 @@ from render.rules._core import (
     rewritten,
     typed_literal,
 )
-from render.rules.emitter import Emitter
+from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

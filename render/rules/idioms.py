@@ -29,9 +29,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.core import Literal, Primitive, Var
 
-from render.rules._core import Rule, _is_traced, registrar, rewritten
-from render.rules.emitter import Emitter
-from render.rules.known_calls import same_literal, same_params
+from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
+from jaxside.render.rules.emitter import Emitter
+from jaxside.render.rules.known_calls import same_literal, same_params
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

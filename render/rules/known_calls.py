@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
-from render.rules._core import Rule, call, kw, registrar
-from render.rules.emitter import Emitter
+from jaxside.render.rules._core import Rule, call, kw, registrar
+from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

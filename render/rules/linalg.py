@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from render.rules._core import (
+from jaxside.render.rules._core import (
     Rule,
     _dtype,
     _is_traced,
@@ -21,7 +21,7 @@ from render.rules._core import (
     registrar,
     rewritten,
 )
-from render.rules.emitter import Emitter
+from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

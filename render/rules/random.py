@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from render.rules._core import (
+from jaxside.render.rules._core import (
     Rule,
     _number,
     call,
@@ -16,7 +16,7 @@ from render.rules._core import (
     literal,
     registrar,
 )
-from render.rules.emitter import Emitter
+from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

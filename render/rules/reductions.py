@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr
 
-from render.rules._core import (
+from jaxside.render.rules._core import (
     Rule,
     _dtype,
     _is_traced,
@@ -22,7 +22,7 @@ from render.rules._core import (
     literal,
     registrar,
 )
-from render.rules.emitter import Emitter
+from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

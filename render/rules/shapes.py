@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from jax.extend.core import Literal
 
-from render.rules._core import (
+from jaxside.render.rules._core import (
     Rule,
     _is_traced,
     _non_default,
@@ -23,7 +23,7 @@ from render.rules._core import (
     registrar,
     scalar,
 )
-from render.rules.emitter import Emitter
+from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)

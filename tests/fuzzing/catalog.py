@@ -15,8 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tracing import Trace, capture
-from tracing._internals import torchax
+from jaxside.tracing import Trace, capture
+from jaxside.tracing._internals import torchax
 
 Inputs = Callable[[torch.Generator], tuple[Any, ...]]
 

@@ -32,8 +32,8 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from fuzzing.harness import jaxpr_difference, program_difference, render_function, struct
 from fuzzing.programs import Program
-from tracing import CaptureError, capture
-from tracing._internals import to_jax_array, to_jax_dtype, torchax
+from jaxside.tracing import CaptureError, capture
+from jaxside.tracing._internals import to_jax_array, to_jax_dtype, torchax
 
 PROGRAM_FILE = "<fuzzed program>"
 ROOT = Path(__file__).resolve().parents[2]
