@@ -68,11 +68,16 @@ test-frames:
 	fi
 
 # Mutation testing, not part of `make test`: mutmut over what [tool.mutmut] in pyproject.toml
-# names (docs/testing.md); it works in a copy (mutants/) and lists the surviving mutants.
+# names (docs/testing.md). mutmut names a mutant after its file's path and the tests import
+# jaxside.render..., so it runs in a copy laid out as installed (build/mutate/jaxside/render/...);
+# its results (build/mutate/mutants/) are kept, so a second run re-tests only what changed.
+MUTATE := build/mutate
 mutate: setup
 	$(PY) -m pip install --quiet mutmut==3.8.1
-	$(VENV)/bin/mutmut run
-	$(VENV)/bin/mutmut results
+	rm -rf $(MUTATE)/jaxside $(MUTATE)/tests && mkdir -p $(MUTATE)
+	cp -r jaxside $(MUTATE)/ && cp -r annotate tracing render $(MUTATE)/jaxside/
+	cp -r tests samples benchmarks pyproject.toml $(MUTATE)/
+	cd $(MUTATE) && $(abspath $(VENV))/bin/mutmut run $(MUTANTS) && $(abspath $(VENV))/bin/mutmut results
 
 lint: setup
 	$(VENV)/bin/ruff check .
