@@ -76,7 +76,7 @@ mutate: setup
 	$(PY) -m pip install --quiet mutmut==3.8.1
 	rm -rf $(MUTATE)/jaxside $(MUTATE)/tests && mkdir -p $(MUTATE)
 	cp -r jaxside $(MUTATE)/ && cp -r annotate tracing render $(MUTATE)/jaxside/
-	cp -r tests samples benchmarks pyproject.toml $(MUTATE)/
+	cp -r tests samples benchmarks docs pyproject.toml $(MUTATE)/
 	cd $(MUTATE) && $(abspath $(VENV))/bin/mutmut run $(MUTANTS) && $(abspath $(VENV))/bin/mutmut results
 
 lint: setup

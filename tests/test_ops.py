@@ -28,7 +28,7 @@ from fuzzing.harness import (
     program_difference,
     render_function,
 )
-from fuzzing.optable import DOC, documented
+from fuzzing.optable import DOC, Survey, documented, documented_rows, forms_cell, record
 from fuzzing.rewrites import PROOFS, prove
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
@@ -40,11 +40,15 @@ _SEEN = Seen()
 
 
 @functools.cache
+def catalog_trace(name: str) -> Any:
+    return next(c for c in CASES if c.name == name).trace()
+
+
+@functools.cache
 def catalog_checks(name: str) -> tuple[Check, ...]:
     """`check_program` on one catalog case (once per session; equations shared across cases
     are checked once)."""
-    case = next(c for c in CASES if c.name == name)
-    return tuple(check_program(case.trace().jaxpr, _SEEN))
+    return tuple(check_program(catalog_trace(name).jaxpr, _SEEN))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.fails], ids=lambda c: c.name)
@@ -64,6 +68,21 @@ def test_every_primitive_seen_is_documented_and_tested() -> None:
     table = documented(DOC)
     assert set(table) == checked, f"regenerate {DOC.name}: run tests/fuzzing/optable.py"
     assert all(table.values()), [name for name, tested in table.items() if not tested]
+
+
+def test_each_primitive_renders_in_the_documented_forms() -> None:
+    """docs/ops.md's forms are what the rules write now: a rule that falls back to a generic
+    form (`lax.reduce_window(x, -jnp.inf, lax.max)` becoming `reduce_window_max_p.bind(...)`),
+    spells out a default keyword, or changes a form's text, is a changed table."""
+    survey = Survey()
+    for case in CASES:
+        if not case.fails:
+            record(survey, catalog_trace(case.name).jaxpr.jaxpr)
+    rendered = {name: forms_cell(forms) for name, forms in survey.forms.items()}
+    documented_forms = {name: cell for name, (cell, _) in documented_rows(DOC).items()}
+    changed = {name: (documented_forms.get(name), cell) for name, cell in rendered.items()
+               if documented_forms.get(name) != cell}
+    assert not changed, f"regenerate {DOC.name} (tests/fuzzing/optable.py) and read its diff: {changed}"
 
 
 # -- helpers -------------------------------------------------------------------------------------------

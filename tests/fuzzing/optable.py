@@ -63,7 +63,7 @@ def survey() -> Survey:
         except Exception as error:  # torchax's limitation: recorded in the document
             result.not_traced[case.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
             continue
-        _record(result, trace.jaxpr.jaxpr, None)
+        record(result, trace.jaxpr.jaxpr)
         try:
             checks = check_program(trace.jaxpr, seen)
         except AssertionError as error:
@@ -76,7 +76,8 @@ def survey() -> Survey:
     return result
 
 
-def _record(result: Survey, jaxpr: Jaxpr, aten: str | None) -> None:
+def record(result: Survey, jaxpr: Jaxpr, aten: str | None = None) -> None:
+    """Adds the forms and aten ops of `jaxpr`'s equations (nested ones too) to `result`."""
     for eqn in jaxpr.eqns:
         op = aten or str(eqn.source_info.name_stack).split("/")[0] or "(untagged)"
         name = eqn.primitive.name
@@ -90,7 +91,7 @@ def _record(result: Survey, jaxpr: Jaxpr, aten: str | None) -> None:
                 continue
             for sub in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(sub, (ClosedJaxpr, Jaxpr)):
-                    _record(result, sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub, op)
+                    record(result, sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub, op)
 
 
 class _DocEmitter(Flat):
@@ -148,8 +149,8 @@ def markdown(result: Survey) -> str:
         "| --- | --- | --- |",
     ]
     for name in sorted(result.forms):
-        forms = "<br>".join(f"`{_cell(form)}`" for form in result.forms[name])
-        lines.append(f"| `{name}` | {forms} | {'yes' if name in result.tested else 'no'} |")
+        tested = "yes" if name in result.tested else "no"
+        lines.append(f"| `{name}` | {forms_cell(result.forms[name])} | {tested} |")
     lines += [
         "",
         "Known limits of exactness, by design (see `render/rules/`):",
@@ -234,9 +235,19 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'")
 
 
+def forms_cell(forms: list[str]) -> str:
+    """A primitive's forms as its table cell."""
+    return "<br>".join(f"`{_cell(form)}`" for form in forms)
+
+
 def documented(path: Path = DOC) -> dict[str, bool]:
     """The primitives `docs/ops.md` lists, and whether it says they are tested."""
-    rows: dict[str, bool] = {}
+    return {name: tested for name, (_, tested) in documented_rows(path).items()}
+
+
+def documented_rows(path: Path = DOC) -> dict[str, tuple[str, bool]]:
+    """The primitives `docs/ops.md` lists, each with its forms cell and whether it is tested."""
+    rows: dict[str, tuple[str, bool]] = {}
     in_table = False
     for line in path.read_text().splitlines():
         if line == TABLE_HEADER:
@@ -246,7 +257,7 @@ def documented(path: Path = DOC) -> dict[str, bool]:
             break
         if in_table and line.startswith("| `"):
             cells = [c.strip() for c in line.strip("|").split(" | ")]
-            rows[cells[0].strip("`")] = cells[-1] == "yes"
+            rows[cells[0].strip("`")] = (" | ".join(cells[1:-1]), cells[-1] == "yes")
     return rows
 
 
