@@ -276,6 +276,29 @@ def test_pooling_window_identity_is_a_python_value() -> None:
     assert forms(eqns, "reduce_window_sum")[0].startswith("lax.reduce_window(a0, 0, lax.add,")
 
 
+@pytest.mark.parametrize("dtype, kind", [
+    ("float32", "max"), ("float32", "min"), ("float32", "add"), ("int32", "max"), ("int32", "min"),
+    ("int32", "add"), ("bool", "max"), ("bool", "min"),
+])
+def test_every_window_monoid_renders_with_its_identity(dtype: str, kind: str) -> None:
+    """Max/min/sum windows over floats, ints and bools (pure JAX makes all of them; torch only
+    float max and sum): each its own identity, so lax.reduce_window binds the same monoid."""
+    identity = {"float32": {"max": -np.inf, "min": np.inf, "add": 0.0},
+                "int32": {"max": -(2**31), "min": 2**31 - 1, "add": 0},
+                "bool": {"max": False, "min": True}}[dtype][kind]
+    monoid = {"max": lax.max, "min": lax.min, "add": lax.add}[kind]
+    padded = jax_eqns(lambda x: lax.reduce_window(x, identity, monoid, (2, 2), (1, 2), ((1, 0), (0, 1))),
+                      _struct((4, 6), np.dtype(dtype)))
+    plain = jax_eqns(lambda x: lax.reduce_window(x, identity, monoid, (2, 3), (1, 1), "VALID"),
+                     _struct((4, 6), np.dtype(dtype)))
+    expected = {"max": "-jnp.inf", "min": "jnp.inf", "add": "0"} if dtype == "float32" else {
+        "max": str(identity), "min": str(identity), "add": "0"}
+    call = f"lax.reduce_window(a0, {expected[kind]}, lax.{kind}"
+    window = "window_dimensions=(2, 2), window_strides=(1, 2), padding=((1, 0), (0, 1))"
+    assert rendered(padded[0]) == f"{call}, {window})"
+    assert rendered(plain[0]) == f"{call}, window_dimensions=(2, 3))"  # the defaults left out
+
+
 def test_functions_that_add_a_jit_or_more_bind_the_primitive() -> None:
     """jnp.arccosh and lax.fft wrap a jit; lax.linalg.cholesky masks with tril; svd reorders."""
     eqns = torch_eqns(lambda x: (torch.acosh(x.abs() + 1), torch.fft.rfft(x)), f32(3, 8))

@@ -99,7 +99,7 @@ def _window_args(params: dict[str, Any]) -> list[ast.keyword]:
     keywords = [kw("window_dimensions", dims)]
     for key, default in (("window_strides", ones), ("padding", no_padding), ("base_dilation", ones),
                          ("window_dilation", ones)):
-        value = tuple(tuple(p) for p in params[key]) if key == "padding" else tuple(params[key])
+        value = tuple(params[key])  # padding: a tuple of (low, high) pairs, as the default
         if value != default:
             keywords.append(kw(key, value))
     return keywords
