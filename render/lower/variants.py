@@ -75,12 +75,13 @@ def _merge_shapes(variants: list[Group]) -> None:
     if not parallel_diff(trees, differences, numbers=True):
         return
     shapes = [f.arg_shapes for f in functions]
+    parents = {id(child): node for node in ast.walk(trees[0]) for child in ast.iter_child_nodes(node)}
     configs = []
     for parent, attr, index, values in differences:
         expr = None
         if all(type(v) is int for v in values):
             found = fit(values, shapes, forms=("atom", "mul"))  # a width, twice a width: not a stride
-            expr = expression(found) if found else _param_size(values, functions)
+            expr = expression(found) if found else _param_size(values, functions, _call_of(parent, parents))
         if expr is None:
             configs.append((parent, attr, index, values))
         else:
@@ -99,9 +100,18 @@ def _put(parent: ast.AST, attr: str, index: int | None, expr: ast.expr) -> None:
         getattr(parent, attr)[index] = expr
 
 
-def _param_size(values: list[int], functions: list[Function]) -> ast.expr | None:
-    """`params["conv"]["bias"].shape[0]`: a size of a parameter the def reads, giving every value."""
-    for leaf, shape in functions[0].param_shapes.items():
+def _call_of(node: ast.AST, parents: dict[int, ast.AST]) -> str:
+    """The source of the call a number is an argument of (`jnp.reshape(params["bias"], (1, 8))`)."""
+    while node is not None and not isinstance(node, (ast.Call, ast.stmt)):
+        node = parents.get(id(node))  # type: ignore[assignment]
+    return ast.unparse(node) if isinstance(node, ast.Call) else ""
+
+
+def _param_size(values: list[int], functions: list[Function], near: str) -> ast.expr | None:
+    """`params["conv"]["bias"].shape[0]`: a size of a parameter the def reads, giving every value;
+    first of a parameter the same call reads (`jnp.reshape` of that bias)."""
+    leaves = sorted(functions[0].param_shapes.items(), key=lambda item: item[0] not in near)
+    for leaf, shape in leaves:
         found = [f.param_shapes.get(leaf) for f in functions]
         for axis in range(len(shape)):
             if all(s is not None and len(s) == len(shape) and s[axis] == v for s, v in zip(found, values)):
