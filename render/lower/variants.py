@@ -74,6 +74,8 @@ def _merge_shapes(variants: list[Group]) -> None:
     differences: list[tuple[ast.AST, str, int | None, list[Any]]] = []
     if not parallel_diff(trees, differences, numbers=True):
         return
+    if any(isinstance(parent, ast.stmt) for parent, _, _, _ in differences):
+        return  # a statement's whole value: `Statement.node()` makes that node afresh each time
     shapes = [f.arg_shapes for f in functions]
     parents = {id(child): node for node in ast.walk(trees[0]) for child in ast.iter_child_nodes(node)}
     configs = []
