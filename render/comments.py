@@ -170,7 +170,8 @@ def _function_notes(
     caller by the export) is shown with the next statement of this function.
     """
     first_line, last_line = definition.lineno, definition.end_lineno or definition.lineno
-    signature = f"jax: def {function.name}({', '.join(function.params)})"
+    keywords = ["*", *(k.name for k in function.keywords)] if function.keywords else []
+    signature = f"jax: def {function.name}({', '.join(function.params + keywords)})"
     notes: dict[int, Note] = {definition.lineno: Note([signature], 1)}
     anchor, spans, first_run, pending = None, set(), True, []
     for statement in function.body:

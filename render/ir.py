@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -81,6 +82,19 @@ class Guard(Statement):
 
 
 @dataclass
+class Keyword:
+    """A keyword-only parameter of a shared def (`stride`) and the value each call passes, by
+    `id` of the call (a stride of 2 in the blocks that downsample, 1 in the others)."""
+
+    name: str
+    values: dict[int, ast.expr]
+
+    def at(self, call: Call) -> ast.keyword:
+        """The `stride=2` a call passes."""
+        return ast.keyword(self.name, copy.deepcopy(self.values[id(call)]))
+
+
+@dataclass
 class Function:
     """One def: a user function or module method, shared by every call with its structure."""
 
@@ -110,6 +124,10 @@ class Function:
     """The shape each tensor parameter had in its first call (what sizes are read from)."""
     value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """The shape of each value the def names (its parameters' too), in its first call."""
+    param_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """The shape of each `params[...]` leaf the def reads (by its source text), in its first call."""
+    keywords: list[Keyword] = field(default_factory=list)
+    """Keyword-only parameters: config numbers that differ between the calls sharing the def."""
 
     def node(self) -> ast.FunctionDef:
         body: list[ast.stmt] = []
@@ -120,7 +138,9 @@ class Function:
             body.append(ast.Return(self.returns))
         if not body:
             body.append(ast.Pass())
-        args = ast.arguments([], [ast.arg(p) for p in self.params], None, [], [], None, [])
+        kwonly = [ast.arg(k.name) for k in self.keywords]
+        positional = [ast.arg(p) for p in self.params]
+        args = ast.arguments([], positional, None, kwonly, [None] * len(kwonly), None, [])
         return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
 
 

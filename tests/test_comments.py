@@ -39,7 +39,7 @@ def statement(targets, code, line, col=8, end_col=20, end_line=None):
 def program(calls=1, body=None):
     call = Call("block", PATH, 4)
     function = SimpleNamespace(
-        name="block_fn", params=["x", "w"], calls=[call] * calls, returns=None,
+        name="block_fn", params=["x", "w"], keywords=[], calls=[call] * calls, returns=None,
         body=body if body is not None else [
             statement(["h"], "x @ w", 5),
             statement(["y"], "jax.nn.silu(h)", 6, end_line=8),

@@ -48,6 +48,7 @@ class CallDef(Body):
         self.uses_params = False
         self.uses_state = False
         self.child_states: list[tuple[Node, str]] = []
+        self.param_shapes: dict[str, tuple[int, ...]] = {}
 
     def expr(self, v: Any) -> ast.expr:
         """The expression for value `v` here; folding an inlined expression in, once."""
@@ -60,7 +61,9 @@ class CallDef(Body):
         role = self.tree.classify(self.node, v)
         if role[0] == "param":
             self.uses_params = True
-            return self.ctx.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
+            leaf = self.ctx.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
+            self.param_shapes.setdefault(ast.unparse(leaf), tuple(v.aval.shape))
+            return leaf
         if role[0] == "state":
             self.uses_state = True
             return self.ctx.state_tree.subscript(named("state"), role[1], self.node.anchor or "")
@@ -101,6 +104,7 @@ class CallDef(Body):
             values = operand_values(node, function)
             function.arg_shapes = {name: tuple(values[at].aval.shape) for name, at in plain_params(function)}
         self.record_shapes(function)
+        function.param_shapes = self.param_shapes
         self.group.function = function
 
     def _count_uses(self, node: Node, items: list[int | Node]) -> None:
@@ -317,7 +321,8 @@ class CallDef(Body):
             self.uses_state = True
             args.append(low.state_tree.subscript(named("state"), below, node.anchor or ""))
         args += call_args(function, [self.expr(v) for v in self._call_operands(child, function)])
-        value: ast.expr = ast.Call(named(function.name), args, [])
+        keywords = [keyword.at(child.call) for keyword in function.keywords]
+        value: ast.expr = ast.Call(named(function.name), args, keywords)
         returned = self.tree.returned(child)
         extras = [child.outputs[i] for i in function.out_slots]
         if (

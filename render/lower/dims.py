@@ -140,13 +140,25 @@ def _attempt(program: Program, sets: list[list[Dim]], relower: Callable[[Resize]
         except LoweringError as error:
             return f"the program at {sizes} cannot be written ({_first_line(error)})"
         except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
-            return f"{REFUSED} {sizes} ({_first_line(error)})"
+            return f"{REFUSED} {sizes} ({_refusal(program.trace, sets, error)})"
     if base is None:
         base = programs.pop(0)
     try:
         return _plan(base, programs)
     except Unfit as error:
         return str(error)
+
+
+def _refusal(trace: Trace, sets: list[list[Dim]], error: Exception) -> str:
+    """Why the torch code refused the sizes, in plain words where a parameter has the size (a
+    Linear's `in_features`, an RNN's hidden size), else the error's first line."""
+    if len(sets) == 1:
+        size = sets[0][0].size
+        for item in trace.inputs:
+            shape = tuple(item.var.aval.shape) if item.kind == "param" else ()
+            if size > 1 and size in shape:
+                return f"the size of a parameter, `{item.name}.shape[{shape.index(size)}]`"
+    return _first_line(error)
 
 
 def _first_line(error: Exception) -> str:

@@ -85,7 +85,7 @@ def _make_loop(
     anchor = segments[0][plan["anchor"]]
     module = ast.Module([copy.deepcopy(s.node()) for s in segments[0]], [])
     places = {id(node): (parent, attr, index) for parent, attr, index, node in _positions(module)}
-    ints = [node for _, _, _, node in _positions(module) if _is_int(node)]
+    ints = _ints(module)
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, plan["progressions"]) if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
     torch_target = _loop_target_name(source)
@@ -292,7 +292,7 @@ def _comprehension(
     forms = []
     for element in elements:
         copy_ = copy.deepcopy(element)
-        ints = [n for _, _, _, n in _positions(ast.Expr(copy_)) if _is_int(n)]
+        ints = _ints(ast.Expr(copy_))
         values = [n.value for n in ints]  # type: ignore[attr-defined]
         for n in ints:
             n.value = 0  # type: ignore[attr-defined]
@@ -308,7 +308,7 @@ def _comprehension(
     element = copy.deepcopy(elements[0])
     holder = ast.Expr(element)
     places = {id(node): (parent, attr, index) for parent, attr, index, node in _positions(holder)}
-    ints = [n for _, _, _, n in _positions(holder) if _is_int(n)]
+    ints = _ints(holder)
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, progressions) if step]
     if not varying:
         return None
@@ -355,8 +355,17 @@ def _positions(node: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.AS
             yield from _positions(value)
 
 
-def _is_int(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) is int
+def _ints(tree: ast.AST) -> list[ast.Constant]:
+    """The integers under `tree` that may count up along a run, in field order: not the config a
+    call passes to a shared def (`stride=2`), which must be equal for the calls to be one loop."""
+    config = {
+        id(n) for call in ast.walk(tree) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+        for keyword in call.keywords for n in ast.walk(keyword)
+    }
+    return [
+        node for _, _, _, node in _positions(tree)
+        if isinstance(node, ast.Constant) and type(node.value) is int and id(node) not in config
+    ]
 
 
 def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list[int], list[str]]:
@@ -365,6 +374,7 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
     uses: list[tuple[str, str]] = []
     ints: list[int] = []
     defined: list[str] = []
+    counted = {id(node) for node in _ints(module)}
     for _, _, _, node in list(_positions(module)):
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store):
@@ -375,7 +385,7 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
             else:
                 uses.append(("def", str(defined.index(node.id))) if node.id in defined else ("ext", node.id))
                 node.id = "_"
-        elif _is_int(node):
+        elif id(node) in counted:
             ints.append(node.value)  # type: ignore[attr-defined]
             node.value = 0  # type: ignore[attr-defined]
     return ast.dump(module), uses, ints, defined

@@ -53,7 +53,7 @@ def _lower(trace: Trace) -> Program:
         level = [g for g in groups if g.height == height]
         for group in level:
             CallDef(ctx, tree, group).build()
-        merge_variants(level)
+        kinds = merge_variants(level)
         for group in level:
             function = group.function
             assert function is not None
@@ -62,7 +62,10 @@ def _lower(trace: Trace) -> Program:
                 function.name = (
                     entry_name
                     if is_entry
-                    else ctx.module.fresh(naming.function_name(group.nodes[0].call.function), "local")
+                    else ctx.module.fresh(
+                        naming.function_name(group.nodes[0].call.function) + kinds.get(id(function), ""),
+                        "local",
+                    )
                 )
     functions: list[Function] = []
     for node in root.walk():

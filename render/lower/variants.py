@@ -1,10 +1,14 @@
-"""Calls of one function that differ only in shapes (q and k heads) share one def.
+"""Calls of one function that differ only in numbers share one def (one per kind).
 
-Defs written for the same torch function whose bodies differ only in integers that follow the
-sizes of their arguments are merged: each such integer becomes `x.shape[d]` (or `x.shape[1] * 2`):
-blocks of a ResNet with other widths share a def. Comparing defs and fitting numbers to sizes
-(`parallel_diff`, `fit`) live here; `render.lower.dims` does the same across programs traced at
-other input sizes.
+Defs written for the same torch function whose bodies differ only in numbers are merged. A
+number that follows the sizes of the def's arguments becomes `x.shape[d]` (or `x.shape[1] * 2`),
+else one that a parameter's size gives `params["conv"]["bias"].shape[0]`, else a keyword-only
+argument each call passes (`stride=2`, `render.lower.config`): blocks of a ResNet or an
+EfficientNet with other widths, strides and kernels share a def. Defs whose bodies differ
+otherwise (a block that ran its downsample branch, one that did not) stay apart, one per kind,
+named by the branch (`basic_block_forward_downsample`). Comparing defs and fitting numbers to
+sizes (`parallel_diff`, `fit`) live here; `render.lower.dims` does the same across programs
+traced at other input sizes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from jaxside.render.ir import Function, named
 from jaxside.render.lower.calltree import Group
+from jaxside.render.lower.config import config_keywords, kind_suffixes
 
 Atom = tuple[str, int]
 """A dimension of a def's argument: (parameter, axis)."""
@@ -24,9 +29,11 @@ _FORMS = ("atom", "mul", "div", "prod", "add")
 """Tried in this order: `a`, `a * c`, `a // c`, `a * b`, `a + c`: the first that gives every value."""
 
 
-def merge_variants(level: list[Group]) -> None:
-    """Calls of one function that differ only in shapes (q and k heads) share one def."""
+def merge_variants(level: list[Group]) -> dict[int, str]:
+    """Calls of one function that differ only in numbers share one def; the suffix of each def
+    of a function with defs of several kinds (`_downsample`), by the def's `id`."""
     by_code: dict[tuple, list[Group]] = {}
+    suffixes: dict[int, str] = {}
     for group in level:
         if group.nodes[0].parent is not None:
             by_code.setdefault(group.nodes[0].code, []).append(group)
@@ -41,44 +48,78 @@ def merge_variants(level: list[Group]) -> None:
         for kind in kinds:
             if len(kind) > 1:
                 _merge_shapes(kind)
+        if len(kinds) > 1:
+            functions = [kind[0].function for kind in kinds if kind[0].function is not None]
+            suffixes.update(kind_suffixes(functions))
+    return suffixes
 
 
 def _alike(a: Group, b: Group) -> bool:
-    """Whether two defs of one function are called alike and differ at most in integers."""
+    """Whether two defs of one function are called alike and differ at most in numbers."""
     f, g = a.function, b.function
     assert f is not None and g is not None
     return (
         f.params == g.params and f.operands == g.operands and f.packing == g.packing
         and f.out_slots == g.out_slots and f.ret_paths == g.ret_paths and f.state_out == g.state_out
-        and parallel_diff([_body_module(f), _body_module(g)], [])
+        and parallel_diff([_body_module(f), _body_module(g)], [], numbers=True)
     )
 
 
 def _merge_shapes(variants: list[Group]) -> None:
-    """Merge defs whose bodies differ only in integers that follow the sizes of their arguments."""
-    functions = [g.function for g in variants]
+    """Merge defs whose bodies differ only in numbers: those that follow the sizes of their
+    arguments or parameters become shape expressions, the others keyword-only arguments."""
+    functions = [g.function for g in variants if g.function is not None]
     first = functions[0]
-    assert first is not None
-    trees = [_body_module(f) for f in functions if f is not None]
-    differences: list[tuple[ast.AST, str, int | None, list[int]]] = []
-    if not parallel_diff(trees, differences):
+    trees = [_body_module(f) for f in functions]
+    differences: list[tuple[ast.AST, str, int | None, list[Any]]] = []
+    if not parallel_diff(trees, differences, numbers=True):
         return
-    shapes = [f.arg_shapes for f in functions if f is not None]
-    replacements = []
+    if any(isinstance(parent, ast.stmt) for parent, _, _, _ in differences):
+        return  # a statement's whole value: `Statement.node()` makes that node afresh each time
+    shapes = [f.arg_shapes for f in functions]
+    parents = {id(child): node for node in ast.walk(trees[0]) for child in ast.iter_child_nodes(node)}
+    configs = []
     for parent, attr, index, values in differences:
-        found = fit(values, shapes, forms=("atom", "mul"))  # a width, twice a width: not a stride
-        if found is None:
-            return
-        replacements.append((parent, attr, index, expression(found)))
-    for parent, attr, index, expr in replacements:
-        if index is None:
-            setattr(parent, attr, expr)
+        expr = None
+        if all(type(v) is int for v in values):
+            found = fit(values, shapes, forms=("atom", "mul"))  # a width, twice a width: not a stride
+            expr = expression(found) if found else _param_size(values, functions, _call_of(parent, parents))
+        if expr is None:
+            configs.append((parent, attr, index, values))
         else:
-            getattr(parent, attr)[index] = expr
+            _put(parent, attr, index, expr)
+    first.keywords = config_keywords(first, trees[0], configs, functions)
+    for function in functions[1:]:
+        first.calls += function.calls
     for group in variants[1:]:
-        assert group.function is not None
-        first.calls += group.function.calls
         group.function = first
+
+
+def _put(parent: ast.AST, attr: str, index: int | None, expr: ast.expr) -> None:
+    if index is None:
+        setattr(parent, attr, expr)
+    else:
+        getattr(parent, attr)[index] = expr
+
+
+def _call_of(node: ast.AST, parents: dict[int, ast.AST]) -> str:
+    """The source of the call a number is an argument of (`jnp.reshape(params["bias"], (1, 8))`)."""
+    while node is not None and not isinstance(node, (ast.Call, ast.stmt)):
+        node = parents.get(id(node))  # type: ignore[assignment]
+    return ast.unparse(node) if isinstance(node, ast.Call) else ""
+
+
+def _param_size(values: list[int], functions: list[Function], near: str) -> ast.expr | None:
+    """`params["conv"]["bias"].shape[0]`: a size of a parameter the def reads, giving every value;
+    first of a parameter the same call reads (`jnp.reshape` of that bias)."""
+    leaves = sorted(functions[0].param_shapes.items(), key=lambda item: item[0] not in near)
+    for leaf, shape in leaves:
+        found = [f.param_shapes.get(leaf) for f in functions]
+        for axis in range(len(shape)):
+            if all(s is not None and len(s) == len(shape) and s[axis] == v for s, v in zip(found, values)):
+                read = ast.Attribute(ast.parse(leaf, mode="eval").body, "shape", ast.Load())
+                return ast.Subscript(read, ast.Constant(axis), ast.Load())
+    return None
 
 
 def _body_module(function: Function) -> ast.Module:

@@ -1,0 +1,175 @@
+"""Config numbers that differ between the calls sharing a def, as its keyword-only arguments;
+names for the defs of one function that took other branches.
+
+Blocks of one class built with other strides (a ResNet block that downsamples, one that does not)
+run the same torch code with other static numbers: `window_strides=(2, 2)` here, `(1, 1)` there.
+No size gives them, so the shared def takes them as arguments, `*, stride`, and each call passes
+its own (`basic_block_forward(params["layer2"][0], x, stride=2)`), as a hand port does. A number
+inside a keyword of a call takes that keyword's torch name (`stride`, `padding`, `dilation`,
+`groups`, `kernel_size`; a def's own keyword keeps its name, so one passed down reads
+`stride=stride`); a tuple whose numbers are equal in each call is one number (`(stride, stride)`),
+any other is passed whole. Numbers with the same name and the same value in every call are one
+argument; the same name with other values takes the torch attribute called
+(`conv_dw_stride`). The def runs the very same Python numbers at each call, so it stages the
+same equations as the defs it replaces.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from typing import Any
+
+from jaxside.render import source as torch_source
+from jaxside.render.ir import Function, Keyword, named
+
+Difference = tuple[ast.AST, str, int | None, list[Any]]
+"""Where a number differs between the defs: (parent, field, index or None, value in each def)."""
+
+TORCH_NAMES = {
+    "window_strides": "stride",
+    "rhs_dilation": "dilation",
+    "feature_group_count": "groups",
+    "window_dimensions": "kernel_size",
+}
+"""The torch attribute (`nn.Conv2d.stride`) for the keyword of the JAX call that takes it."""
+
+
+def config_keywords(
+    function: Function, tree: ast.Module, differences: list[Difference], functions: list[Function]
+) -> list[Keyword]:
+    """Replace each difference in `tree` (the body of `function`, the first of `functions`) by a
+    keyword-only argument; the keywords with the value each call of `functions[k]` passes."""
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    statements = {id(node): i for i, top in enumerate(tree.body) for node in ast.walk(top)}
+    by_place: dict[int, tuple[ast.keyword | None, list[ast.Constant], list[Any]]] = {}
+    for parent, attr, index, values in differences:
+        constant = getattr(parent, attr) if index is None else getattr(parent, attr)[index]
+        holder = _keyword_of(constant, parents)
+        key = id(holder) if holder is not None else id(constant)
+        by_place.setdefault(key, (holder, [], []))
+        by_place[key][1].append(constant)
+        by_place[key][2].append(values)
+    found: list[tuple[str, list[ast.expr], int, list[tuple[ast.AST, str, int | None]]]] = []
+    for holder, constants, rows in by_place.values():
+        name = _base_name(holder, rows[0])
+        uniform = all(len({row[k] for row in rows}) == 1 for k in range(len(functions)))
+        if holder is None or uniform:
+            given: list[ast.expr] = [ast.Constant(rows[0][k]) for k in range(len(functions))]
+            places = [_place(c, parents) for c in constants]
+        else:
+            given = []
+            for k in range(len(functions)):
+                for constant, row in zip(constants, rows):
+                    constant.value = row[k]
+                given.append(copy.deepcopy(holder.value))
+            places = [(holder, "value", None)]
+        found.append((name, given, statements.get(id(constants[0]), -1), places))
+    return _named(function, functions, found)
+
+
+def _keyword_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.keyword | None:
+    """The keyword of a call whose value holds the number (through tuples and signs), if any."""
+    parent = parents.get(id(node))
+    while isinstance(parent, (ast.Tuple, ast.List, ast.UnaryOp)):
+        parent = parents.get(id(parent))
+    return parent if isinstance(parent, ast.keyword) and parent.arg else None
+
+
+def _place(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, str, int | None]:
+    parent = parents[id(node)]
+    for attr, value in ast.iter_fields(parent):
+        if value is node:
+            return parent, attr, None
+        if isinstance(value, list) and any(item is node for item in value):
+            return parent, attr, next(i for i, item in enumerate(value) if item is node)
+    raise AssertionError("a node not under its parent")
+
+
+def _base_name(holder: ast.keyword | None, values: list[Any]) -> str:
+    if holder is not None and holder.arg:
+        return TORCH_NAMES.get(holder.arg, holder.arg)
+    return "n" if all(type(v) is int for v in values) else "value"
+
+
+def _named(
+    function: Function,
+    functions: list[Function],
+    found: list[tuple[str, list[ast.expr], int, list[tuple[ast.AST, str, int | None]]]],
+) -> list[Keyword]:
+    """One keyword per name and values; a name with other values prefixed by its torch attribute."""
+    values_of: dict[str, set[str]] = {}
+    for name, given, _, _ in found:
+        values_of.setdefault(name, set()).add(repr([ast.dump(g) for g in given]))
+    keywords: dict[tuple[str, str], Keyword] = {}
+    for name, given, statement, places in found:
+        values = repr([ast.dump(g) for g in given])
+        base = name
+        if len(values_of[name]) > 1:
+            attribute = _attribute(function, statement)
+            base = f"{attribute}_{name}" if attribute else name
+        keyword = keywords.get((base, values))
+        if keyword is None:
+            by_call = {id(call): expr for f, expr in zip(functions, given) for call in f.calls}
+            keyword = keywords[(base, values)] = Keyword(function.scope.fresh(base, "argument"), by_call)
+        for parent, attr, index in places:
+            if index is None:
+                setattr(parent, attr, named(keyword.name))
+            else:
+                getattr(parent, attr)[index] = named(keyword.name)
+    return list(keywords.values())
+
+
+def _attribute(function: Function, statement: int) -> str | None:
+    """The torch attribute the statement's source calls (`conv_dw` for `self.conv_dw(x)`)."""
+    if not 0 <= statement < len(function.body) or function.body[statement].site is None:
+        return None
+    found = torch_source.expression(function.body[statement].site)
+    expr = found[0] if found else None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr
+    return None
+
+
+# -- naming the kinds ----------------------------------------------------------------------------------
+
+
+def kind_suffixes(functions: list[Function]) -> dict[int, str]:
+    """The suffix of each def of one torch function whose calls took other branches (a block with
+    a downsample, one without), by `id`: from the `if` around a line only that def ran
+    (`_downsample` for `if self.downsample is not None:`, `_has_skip` for `if self.has_skip:`),
+    else the attribute that line calls (`_act`); none for a def that ran no line of its own."""
+    lines = [{(s.site.file, s.site.line): s.site for s in f.body if s.site is not None} for f in functions]
+    suffixes = {}
+    for k, function in enumerate(functions):
+        others = set().union(*(set(lines[j]) for j in range(len(functions)) if j != k))
+        own = sorted(set(lines[k]) - others)
+        name = _branch_name(lines[k][own[0]], function) if own else None
+        if name:
+            suffixes[id(function)] = f"_{name}"
+    return suffixes
+
+
+def _branch_name(site: Any, function: Function) -> str | None:
+    branch = torch_source.around(site, (ast.If,))
+    if isinstance(branch, ast.If) and branch.lineno > function.calls[0].line:
+        taken = not branch.orelse or site.line < branch.orelse[0].lineno
+        name = _condition(branch.test, taken)
+        if name:
+            return name
+    found = torch_source.expression(site)
+    call = next((n for n in ast.walk(found[0]) if isinstance(n, ast.Call)), None) if found else None
+    return call.func.attr if call is not None and isinstance(call.func, ast.Attribute) else None
+
+
+def _condition(test: ast.expr, holds: bool) -> str | None:
+    """`downsample` for `self.downsample is not None` holding, `no_downsample` for it failing."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _condition(test.operand, not holds)
+    if (
+        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+    ):
+        return _condition(test.left, holds == isinstance(test.ops[0], ast.IsNot))
+    name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
+    return name if name is None or holds else f"no_{name}"
