@@ -157,7 +157,7 @@ def _refusal(trace: Trace, sets: list[list[Dim]], error: Exception) -> str:
         for item in trace.inputs:
             shape = tuple(item.var.aval.shape) if item.kind == "param" else ()
             if size > 1 and size in shape:
-                return f"the size of a parameter, `{item.name}.shape[{shape.index(size)}]`"
+                return f"{size} is the size of a parameter, `{item.name}.shape[{shape.index(size)}]`"
     return _first_line(error)
 
 

@@ -5,8 +5,8 @@ Traced with x: float32[2,3,16,16]; non-tensor inputs are baked in as they were t
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `x.shape[0]`; `x.shape[2]`; `x.shape[3]`.
 
-Fixed sizes: `x.shape[1]` = 3: the torch code fails at x.shape[1] = 6 (the size of a
-parameter, `conv1.weight.shape[1]`).
+Fixed sizes: `x.shape[1]` = 3: the torch code fails at x.shape[1] = 6 (3 is the size
+of a parameter, `conv1.weight.shape[1]`).
 
 Call it:
 

@@ -5,8 +5,8 @@ Traced with x: float32[8,32]; non-tensor inputs are baked in as they were then.
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `x.shape[0]`.
 
-Fixed sizes: `x.shape[1]` = 32: the torch code fails at x.shape[1] = 64 (the size of
-a parameter, `fc1.weight.shape[1]`).
+Fixed sizes: `x.shape[1]` = 32: the torch code fails at x.shape[1] = 64 (32 is the
+size of a parameter, `fc1.weight.shape[1]`).
 
 Call it:
 

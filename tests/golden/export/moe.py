@@ -5,8 +5,8 @@ Traced with x: float32[2,6,32]; non-tensor inputs are baked in as they were then
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `x.shape[0]`; `x.shape[1]`.
 
-Fixed sizes: `x.shape[2]` = 32: the torch code fails at x.shape[2] = 64 (the size of
-a parameter, `router.weight.shape[1]`).
+Fixed sizes: `x.shape[2]` = 32: the torch code fails at x.shape[2] = 64 (32 is the
+size of a parameter, `router.weight.shape[1]`).
 
 Call it:
 

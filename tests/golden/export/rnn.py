@@ -6,8 +6,8 @@ Traced with x: float32[2,5,8]; non-tensor inputs are baked in as they were then.
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `x.shape[0]`; `x.shape[1]`.
 
-Fixed sizes: `x.shape[2]` = 8: the torch code fails at x.shape[2] = 16 (the size of a
-parameter, `cell.weight_ih.shape[1]`).
+Fixed sizes: `x.shape[2]` = 8: the torch code fails at x.shape[2] = 16 (8 is the size
+of a parameter, `cell.weight_ih.shape[1]`).
 
 Call it:
 
