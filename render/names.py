@@ -33,11 +33,43 @@ _MAX_PARTS = 3
 _MAX_LENGTH = 24
 
 
+_PIECES = re.compile(
+    r"NeXt|Net(?![a-z])"  # network-family names are one word: ResNet, ConvNeXt, MobileNet
+    r"|[A-Z]+(?=[A-Z][a-z])"  # an acronym before a word: the `HTTP` of HTTPServer
+    r"|[A-Z]?[a-z]+|[A-Z]+"  # a word, or a trailing acronym
+    r"|\d+(?:D(?![a-z]))?"  # digits, with a dimension: the `1D` of Conv1D
+    r"|[^A-Za-z\d]+"  # anything else (`_`, other scripts) is kept as written
+)
+
+
 def snake(name: str) -> str:
-    """`TransformerBlock` -> `transformer_block`, `RMSNorm` -> `rms_norm`, `KVCache` -> `kv_cache`."""
-    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
-    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-    return name.lower()
+    """A CamelCase name as people write it in snake_case, by these rules in order:
+
+    - a capital starts a word, an acronym ends before the capital of the next word (`HTTPServer`
+      -> `http_server`, `LlamaRMSNorm` -> `llama_rms_norm`);
+    - digits, and a dimension letter after them, stick to the word before (`GPT2Attention` ->
+      `gpt2_attention`, `Conv1D` -> `conv1d`);
+    - a lone letter is no word: it sticks to the word before (`MoE` -> `moe`, `GPTNeoX` ->
+      `gpt_neox`, `MobileNetV3` -> `mobilenetv3`);
+    - a two-letter word and a short acronym after it are one word (`SiLU` -> `silu`, `ReLU`);
+    - `Net` and `NeXt` end the word before (`ResNet` -> `resnet`, `ConvNeXt` -> `convnext`).
+    """
+    words: list[str] = []
+    for piece in _PIECES.findall(name):
+        previous = words[-1] if words else ""
+        if not _is_ascii_word(piece) or not _is_ascii_word(previous[-1:]):
+            words.append(piece)  # `_` and other scripts are kept as written, between words
+        elif piece[0].isdigit() or len(piece) == 1 or piece in ("Net", "NeXt"):
+            words[-1] += piece
+        elif piece.isupper() and len(piece) <= 2 and len(previous) == 2 and previous.istitle():
+            words[-1] += piece
+        else:
+            words.append("_" + piece)
+    return "".join(words).lower()
+
+
+def _is_ascii_word(text: str) -> bool:
+    return text.isascii() and text[:1].isalnum()
 
 
 def identifier(text: str, default: str = "value") -> str:

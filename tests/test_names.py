@@ -19,10 +19,42 @@ from jaxside.render.names import DERIVED, Scope, expression_name, function_name,
         ("my_mathy_thing.<locals>.other_math", "other_math"),
         ("apply_rotary_emb", "apply_rotary_emb"),
         ("SmallCNN.forward", "small_cnn_forward"),
+        ("SiLUActivation.forward", "silu_activation_forward"),
+        ("ResNet.forward_features", "resnet_forward_features"),
     ],
 )
 def test_function_names_from_qualnames(qualname, expected):
     assert function_name(qualname) == expected
+
+
+@pytest.mark.parametrize(
+    ("camel", "expected"),
+    [
+        ("LlamaRMSNorm", "llama_rms_norm"),
+        ("GPT2Attention", "gpt2_attention"),
+        ("MLP", "mlp"),
+        ("TransformerBlock", "transformer_block"),
+        ("HTTPServer", "http_server"),
+        ("SiLUActivation", "silu_activation"),
+        ("Conv1D", "conv1d"),
+        ("Conv2DTranspose", "conv2d_transpose"),
+        ("ResNet", "resnet"),
+        ("ConvNeXtBlock", "convnext_block"),
+        ("MobileNetV3", "mobilenetv3"),
+        ("GPTNeoXForCausalLM", "gpt_neox_for_causal_lm"),
+        ("Qwen2RMSNorm", "qwen2_rms_norm"),
+        ("KVCache", "kv_cache"),
+        ("LayerNorm", "layer_norm"),
+        ("MoE", "moe"),
+        ("ReLU6", "relu6"),
+        ("T5Block", "t5_block"),
+        ("already_snake", "already_snake"),
+        ("_Private", "_private"),
+        ("größe", "größe"),
+    ],
+)
+def test_class_names_split_as_people_write_them(camel, expected):
+    assert snake(camel) == expected
 
 
 @pytest.mark.parametrize(
@@ -52,7 +84,6 @@ def test_identifiers_are_valid_and_never_keywords():
     assert identifier("0.weight") == "value_0_weight"
     assert identifier("_silu") == "_silu"
     assert identifier("???") == "value"
-    assert snake("MoE") == "mo_e" and snake("LayerNorm") == "layer_norm"
     for word in keyword.kwlist:
         assert not keyword.iskeyword(identifier(word))
 
