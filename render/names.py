@@ -221,21 +221,28 @@ class Scope:
     """Bases that torch locals of this function will want; temporaries avoid taking them first."""
     outer: Scope | None = None
     """The module's names (defs, constants), which a local must not shadow."""
+    bases: dict[str, str] = field(default_factory=dict)
+    """The base of each suffixed name (`k_2` -> `k`), which `render.lower.rebinding` may give back."""
 
     def fresh(self, base: str | None, source: Source, *, temporary: bool = False) -> str:
         if not base:
             base, source = "value", "fallback"
         base = identifier(base)
         start = 1 if temporary and base in self.preferred else 0
-        # A module-level name must not hide any builtin (`load_params` calls `isinstance`, `dict`,
-        # ...); a local hides only those generated code calls, so a torch `input` stays `input`.
-        shadowed = BUILTINS if self.outer is None else GENERATED_BUILTINS
         for i in range(start, 10_000):
             name = base if i == 0 else f"{base}_{i}"
-            if not self.taken(name) and name not in shadowed:
+            if self.free(name):
                 self.names[name] = source
+                if i:
+                    self.bases[name] = base
                 return name
         raise RuntimeError(f"no free name for {base!r}")
+
+    def free(self, name: str) -> bool:
+        """Nobody has `name`. A module-level name must not hide any builtin (`load_params` calls
+        `isinstance`, `dict`, ...); a local hides only those generated code calls, so a torch
+        `input` stays `input`."""
+        return not self.taken(name) and name not in (BUILTINS if self.outer is None else GENERATED_BUILTINS)
 
     def claim(self, name: str, source: Source) -> str:
         """Take exactly `name` (a loop rebinding it again is fine)."""
