@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import keyword
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+import torch
 
+from jaxside.annotate.export import load_module
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
 from jaxside.render.names import DERIVED, Scope, expression_name, function_name, identifier, snake
+from jaxside.tracing import Capture, capture
 
 
 @pytest.mark.parametrize(
@@ -110,3 +118,66 @@ def test_temporaries_leave_torch_locals_their_names():
 def test_every_source_but_fallback_counts_as_derived():
     assert "fallback" not in DERIVED
     assert {"local", "argument", "parameter", "expression", "loop"} <= DERIVED
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.proj(x))
+
+
+class _Body(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wk = torch.nn.Linear(8, 8)
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        k = self.wk(x)
+        k = k.view(x.shape[0], 2, 4)
+        k = torch.tanh(k)
+        residual = k
+        k = k * 2.0
+        k = k + residual
+        h = k.reshape(x.shape)
+        hidden = h
+        for i, block in enumerate(self.blocks):  # noqa: B007  (as GPT-2 writes it)
+            hidden = block(hidden)
+        return {"hidden": hidden, "mean": hidden.mean(-1, keepdim=True)}
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _Body()
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs: dict[str, torch.Tensor] = self.body(x)
+        return self.head(outputs["hidden"]) + outputs["mean"]
+
+
+def test_exported_names_read_as_torch_wrote_them():
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(5, 8)
+    program = lower(capture(model, x), lambda resize: Capture(resize=resize)(model, x))
+    text = render_program(program, source="test")
+    module = load_module(text)
+    got = jax.jit(module.forward)(module.load_params(model), jnp.asarray(x.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    lines = [line.strip() for line in text.splitlines()]
+    # A typed assignment's name for a whole result, not the callee's.
+    assert "outputs = body_forward(params[\"body\"], x)" in lines
+    # `k` rebound: reused while the old value is dead, suffixed only while it is still needed.
+    assert "k = jnp.reshape(k, (x.shape[0], 2, 4))" in lines and "k = jnp.tanh(k)" in lines
+    assert "k_1 = k * 2.0" in lines and "k = k_1 + k" in lines
+    assert "k_2" not in text
+    # The loop: torch's element name, and the carry under its name inside the loop.
+    assert lines[lines.index("hidden = h") + 1 :][:2] == [
+        "for block in params[\"blocks\"]:",
+        "hidden = block_forward(block, hidden)",
+    ]
