@@ -40,8 +40,11 @@ def reuse_names(function: Function) -> None:
             last[name] = max(last.get(name, -1), position)
         for name in pinned:
             last[name] = math.inf
-        if type(statement) is Statement:
-            for name in stores:
+        if type(statement) is Statement:  # its own targets: not a comprehension's variable
+            targets = set(statement.targets)
+            if statement.target is not None:
+                targets |= _names(statement.target)[0]
+            for name in targets:
                 if name in function.scope.bases:
                     renamable[name] = position
     if function.returns is not None:
@@ -57,7 +60,7 @@ def reuse_names(function: Function) -> None:
             candidate = base if i == 0 else f"{base}_{i}"
             if candidate == name:
                 break
-            if candidate not in binds and not function.scope.free(candidate):
+            if candidate not in binds and (candidate in last or not function.scope.free(candidate)):
                 continue  # a name of the module's, a builtin the def calls
             holders = [old for old, new in current.items() if new == candidate]
             # each holder bound before, and read for the last time at the latest here
