@@ -6,9 +6,10 @@ lowest of `k`, `k_1`, ... whose holder is dead by then (read for the last time a
 the statement that rebinds it), as people write JAX: `q = jnp.reshape(q, ...)`; a suffix stays
 only where the old value is still needed.  Nothing else moves, so what is computed is unchanged.
 
-Conservative where Python's scoping makes rebinding subtle: a name bound more than once (a loop's
-carry), bound inside a loop, or read inside a nested def (which reads it when called, not when
-defined) is never renamed, and a name it holds is never given to another value.
+A name bound again later (a loop's carry) is renamed everywhere as one, from its first binding
+to its last read.  Conservative where Python's scoping makes rebinding subtle: a name first bound
+inside a loop, or read inside a nested def (which reads it when called, not when defined), is
+never renamed, and a name it holds is never given to another value.
 """
 
 from __future__ import annotations
@@ -41,20 +42,20 @@ def reuse_names(function: Function) -> None:
         for name in pinned:
             last[name] = math.inf
         if type(statement) is Statement:  # its own targets: not a comprehension's variable
-            targets = set(statement.targets)
+            targets = list(statement.targets)  # in order: the names follow the targets' order
             if statement.target is not None:
-                targets |= _names(statement.target)[0]
+                targets += [n.id for n in ast.walk(statement.target) if isinstance(n, ast.Name)]
             for name in targets:
                 if name in function.scope.bases:
-                    renamable[name] = position
+                    renamable.setdefault(name, position)
     if function.returns is not None:
         for name in _names(ast.Expr(function.returns))[1]:
             last[name] = max(last.get(name, -1), len(function.body))
     current = {name: name for name in binds}
     renames: dict[str, str] = {}
     for name, position in sorted(renamable.items(), key=lambda item: item[1]):
-        if len(binds[name]) > 1 or last.get(name) == math.inf:
-            continue
+        if min(binds[name]) < position or last.get(name) == math.inf:
+            continue  # first bound by no statement of its own (a loop's), or read by a nested def
         base = function.scope.bases[name]
         for i in range(10_000):
             candidate = base if i == 0 else f"{base}_{i}"
