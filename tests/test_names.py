@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import keyword
 
 import jax
@@ -11,7 +12,9 @@ import pytest
 import torch
 
 from jaxside.annotate.export import load_module
+from jaxside.render.ir import Function, Statement
 from jaxside.render.lower import lower
+from jaxside.render.lower.rebinding import reuse_names
 from jaxside.render.module import render_program
 from jaxside.render.names import DERIVED, Scope, expression_name, function_name, identifier, snake
 from jaxside.tracing import Capture, capture
@@ -181,3 +184,47 @@ def test_exported_names_read_as_torch_wrote_them():
         "for block in params[\"blocks\"]:",
         "hidden = block_forward(block, hidden)",
     ]
+
+
+def _straight_line(source: str, params: list[str], scope: Scope) -> Function:
+    """A def of one statement per line of `source`, each target named by `scope.fresh`."""
+    body = []
+    for node in ast.parse(source).body:
+        assert isinstance(node, ast.Assign)
+        body.append(Statement([node.targets[0].id], node.value, [], None))  # type: ignore[attr-defined]
+    returns = body.pop().value
+    return Function("f", [], params, body, returns, scope)
+
+
+def test_a_rebound_name_is_reused_only_once_its_old_value_is_dead():
+    module = Scope()
+    module.fresh("helper", "local")
+    scope = Scope(reserved={"x"}, outer=module)
+    k, k_1, k_2, k_3, k_4 = (scope.fresh("k", "local") for _ in range(5))
+    helper_1 = scope.fresh("helper", "expression")
+    assert (k, k_4, helper_1) == ("k", "k_4", "helper_1")
+    source = (
+        f"{k} = x * 2.0\n"
+        f"{k_1} = {k} + 1.0\n"  # k is dead after this line: k_1 becomes k
+        f"{k_2} = {k_1} * {k_1}\n"  # the old k is still read below: k_2 becomes k_1
+        f"{k_3} = {k_2} - {k_1}\n"  # both die here: k_3 becomes k
+        f"{helper_1} = {k_3} + 1.0\n"  # never the module's `helper`
+        f"{k_4} = {helper_1} * {k_3}\n"
+        f"_ = {k_4}\n"
+    )
+    function = _straight_line(source, ["x"], scope)
+    reuse_names(function)
+    lines = [ast.unparse(s.node()) for s in function.body] + [ast.unparse(function.returns)]
+    assert lines == [
+        "k = x * 2.0",
+        "k = k + 1.0",
+        "k_1 = k * k",
+        "k = k_1 - k",
+        "helper_1 = k + 1.0",
+        "k = helper_1 * k",
+        "k",
+    ]
+    before, after = {"x": 3.0}, {"x": 3.0}
+    exec(compile(source, "before", "exec"), {}, before)
+    exec(compile("\n".join(lines[:-1]), "after", "exec"), {}, after)
+    assert before[k_4] == after["k"]
