@@ -33,11 +33,43 @@ _MAX_PARTS = 3
 _MAX_LENGTH = 24
 
 
+_PIECES = re.compile(
+    r"NeXt|Net(?![a-z])"  # network-family names are one word: ResNet, ConvNeXt, MobileNet
+    r"|[A-Z]+(?=[A-Z][a-z])"  # an acronym before a word: the `HTTP` of HTTPServer
+    r"|[A-Z]?[a-z]+|[A-Z]+"  # a word, or a trailing acronym
+    r"|\d+(?:D(?![a-z]))?"  # digits, with a dimension: the `1D` of Conv1D
+    r"|[^A-Za-z\d]+"  # anything else (`_`, other scripts) is kept as written
+)
+
+
 def snake(name: str) -> str:
-    """`TransformerBlock` -> `transformer_block`, `RMSNorm` -> `rms_norm`, `KVCache` -> `kv_cache`."""
-    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
-    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-    return name.lower()
+    """A CamelCase name as people write it in snake_case, by these rules in order:
+
+    - a capital starts a word, an acronym ends before the capital of the next word (`HTTPServer`
+      -> `http_server`, `LlamaRMSNorm` -> `llama_rms_norm`);
+    - digits, and a dimension letter after them, stick to the word before (`GPT2Attention` ->
+      `gpt2_attention`, `Conv1D` -> `conv1d`);
+    - a lone letter is no word: it sticks to the word before (`MoE` -> `moe`, `GPTNeoX` ->
+      `gpt_neox`, `MobileNetV3` -> `mobilenetv3`);
+    - a two-letter word and a short acronym after it are one word (`SiLU` -> `silu`, `ReLU`);
+    - `Net` and `NeXt` end the word before (`ResNet` -> `resnet`, `ConvNeXt` -> `convnext`).
+    """
+    words: list[str] = []
+    for piece in _PIECES.findall(name):
+        previous = words[-1] if words else ""
+        if not _is_ascii_word(piece) or not _is_ascii_word(previous[-1:]):
+            words.append(piece)  # `_` and other scripts are kept as written, between words
+        elif piece[0].isdigit() or len(piece) == 1 or piece in ("Net", "NeXt"):
+            words[-1] += piece
+        elif piece.isupper() and len(piece) <= 2 and len(previous) == 2 and previous.istitle():
+            words[-1] += piece
+        else:
+            words.append("_" + piece)
+    return "".join(words).lower()
+
+
+def _is_ascii_word(text: str) -> bool:
+    return text.isascii() and text[:1].isalnum()
 
 
 def identifier(text: str, default: str = "value") -> str:
@@ -189,21 +221,28 @@ class Scope:
     """Bases that torch locals of this function will want; temporaries avoid taking them first."""
     outer: Scope | None = None
     """The module's names (defs, constants), which a local must not shadow."""
+    bases: dict[str, str] = field(default_factory=dict)
+    """The base of each suffixed name (`k_2` -> `k`), which `render.lower.rebinding` may give back."""
 
     def fresh(self, base: str | None, source: Source, *, temporary: bool = False) -> str:
         if not base:
             base, source = "value", "fallback"
         base = identifier(base)
         start = 1 if temporary and base in self.preferred else 0
-        # A module-level name must not hide any builtin (`load_params` calls `isinstance`, `dict`,
-        # ...); a local hides only those generated code calls, so a torch `input` stays `input`.
-        shadowed = BUILTINS if self.outer is None else GENERATED_BUILTINS
         for i in range(start, 10_000):
             name = base if i == 0 else f"{base}_{i}"
-            if not self.taken(name) and name not in shadowed:
+            if self.free(name):
                 self.names[name] = source
+                if i:
+                    self.bases[name] = base
                 return name
         raise RuntimeError(f"no free name for {base!r}")
+
+    def free(self, name: str) -> bool:
+        """Nobody has `name`. A module-level name must not hide any builtin (`load_params` calls
+        `isinstance`, `dict`, ...); a local hides only those generated code calls, so a torch
+        `input` stays `input`."""
+        return not self.taken(name) and name not in (BUILTINS if self.outer is None else GENERATED_BUILTINS)
 
     def claim(self, name: str, source: Source) -> str:
         """Take exactly `name` (a loop rebinding it again is fine)."""

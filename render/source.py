@@ -121,6 +121,16 @@ def around(site: Any, kinds: tuple[type, ...]) -> ast.AST | None:
     return best
 
 
+def assigned_name(site: Any) -> str | None:
+    """The name a statement binds the expression at `site` to, whole: `outputs` for
+    `outputs: BaseModelOutput = self.model(x)` or `h = self.block(h)`; None for anything else."""
+    node = around(site, (ast.Assign, ast.AnnAssign))
+    if node is None or node.value is None or node_span(node.value) != site_span(site):
+        return None
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+
+
 def within(site: Any, kinds: tuple[type, ...]) -> ast.AST | None:
     """The first node of `kinds` (in `ast.walk` order) whose span lies within `site`'s."""
     return next((n for n in _nodes(site, kinds) if contains(site_span(site), node_span(n))), None)

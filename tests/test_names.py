@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 import keyword
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+import torch
 
+from jaxside.annotate.export import load_module
+from jaxside.render.ir import Function, Statement
+from jaxside.render.lower import lower
+from jaxside.render.lower.rebinding import reuse_names
+from jaxside.render.module import render_program
 from jaxside.render.names import DERIVED, Scope, expression_name, function_name, identifier, snake
+from jaxside.tracing import Capture, capture
 
 
 @pytest.mark.parametrize(
@@ -19,10 +30,42 @@ from jaxside.render.names import DERIVED, Scope, expression_name, function_name,
         ("my_mathy_thing.<locals>.other_math", "other_math"),
         ("apply_rotary_emb", "apply_rotary_emb"),
         ("SmallCNN.forward", "small_cnn_forward"),
+        ("SiLUActivation.forward", "silu_activation_forward"),
+        ("ResNet.forward_features", "resnet_forward_features"),
     ],
 )
 def test_function_names_from_qualnames(qualname, expected):
     assert function_name(qualname) == expected
+
+
+@pytest.mark.parametrize(
+    ("camel", "expected"),
+    [
+        ("LlamaRMSNorm", "llama_rms_norm"),
+        ("GPT2Attention", "gpt2_attention"),
+        ("MLP", "mlp"),
+        ("TransformerBlock", "transformer_block"),
+        ("HTTPServer", "http_server"),
+        ("SiLUActivation", "silu_activation"),
+        ("Conv1D", "conv1d"),
+        ("Conv2DTranspose", "conv2d_transpose"),
+        ("ResNet", "resnet"),
+        ("ConvNeXtBlock", "convnext_block"),
+        ("MobileNetV3", "mobilenetv3"),
+        ("GPTNeoXForCausalLM", "gpt_neox_for_causal_lm"),
+        ("Qwen2RMSNorm", "qwen2_rms_norm"),
+        ("KVCache", "kv_cache"),
+        ("LayerNorm", "layer_norm"),
+        ("MoE", "moe"),
+        ("ReLU6", "relu6"),
+        ("T5Block", "t5_block"),
+        ("already_snake", "already_snake"),
+        ("_Private", "_private"),
+        ("größe", "größe"),
+    ],
+)
+def test_class_names_split_as_people_write_them(camel, expected):
+    assert snake(camel) == expected
 
 
 @pytest.mark.parametrize(
@@ -52,7 +95,6 @@ def test_identifiers_are_valid_and_never_keywords():
     assert identifier("0.weight") == "value_0_weight"
     assert identifier("_silu") == "_silu"
     assert identifier("???") == "value"
-    assert snake("MoE") == "mo_e" and snake("LayerNorm") == "layer_norm"
     for word in keyword.kwlist:
         assert not keyword.iskeyword(identifier(word))
 
@@ -79,3 +121,110 @@ def test_temporaries_leave_torch_locals_their_names():
 def test_every_source_but_fallback_counts_as_derived():
     assert "fallback" not in DERIVED
     assert {"local", "argument", "parameter", "expression", "loop"} <= DERIVED
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.proj(x))
+
+
+class _Body(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wk = torch.nn.Linear(8, 8)
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        k = self.wk(x)
+        k = k.view(x.shape[0], 2, 4)
+        k = torch.tanh(k)
+        residual = k
+        k = k * 2.0
+        k = k + residual
+        h = k.reshape(x.shape)
+        hidden = h
+        for i, block in enumerate(self.blocks):  # noqa: B007  (as GPT-2 writes it)
+            hidden = block(hidden)
+        return {"hidden": hidden, "mean": hidden.mean(-1, keepdim=True)}
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _Body()
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs: dict[str, torch.Tensor] = self.body(x)
+        return self.head(outputs["hidden"]) + outputs["mean"]
+
+
+def test_exported_names_read_as_torch_wrote_them():
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(5, 8)
+    program = lower(capture(model, x), lambda resize: Capture(resize=resize)(model, x))
+    text = render_program(program, source="test")
+    module = load_module(text)
+    got = jax.jit(module.forward)(module.load_params(model), jnp.asarray(x.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    lines = [line.strip() for line in text.splitlines()]
+    # A typed assignment's name for a whole result, not the callee's.
+    assert "outputs = body_forward(params[\"body\"], x)" in lines
+    # `k` rebound: reused while the old value is dead, suffixed only while it is still needed.
+    assert "k = jnp.reshape(k, (x.shape[0], 2, 4))" in lines and "k = jnp.tanh(k)" in lines
+    assert "k_1 = k * 2.0" in lines and "k = k_1 + k" in lines
+    assert "k_2" not in text
+    # The loop: torch's element name, and the carry under its name inside the loop.
+    assert lines[lines.index("hidden = h") + 1 :][:2] == [
+        "for block in params[\"blocks\"]:",
+        "hidden = block_forward(block, hidden)",
+    ]
+
+
+def _straight_line(source: str, params: list[str], scope: Scope) -> Function:
+    """A def of one statement per line of `source`, each target named by `scope.fresh`."""
+    body = []
+    for node in ast.parse(source).body:
+        assert isinstance(node, ast.Assign)
+        body.append(Statement([node.targets[0].id], node.value, [], None))  # type: ignore[attr-defined]
+    returns = body.pop().value
+    return Function("f", [], params, body, returns, scope)
+
+
+def test_a_rebound_name_is_reused_only_once_its_old_value_is_dead():
+    module = Scope()
+    module.fresh("helper", "local")
+    scope = Scope(reserved={"x"}, outer=module)
+    k, k_1, k_2, k_3, k_4 = (scope.fresh("k", "local") for _ in range(5))
+    helper_1 = scope.fresh("helper", "expression")
+    assert (k, k_4, helper_1) == ("k", "k_4", "helper_1")
+    source = (
+        f"{k} = x * 2.0\n"
+        f"{k_1} = {k} + 1.0\n"  # k is dead after this line: k_1 becomes k
+        f"{k_2} = {k_1} * {k_1}\n"  # the old k is still read below: k_2 becomes k_1
+        f"{k_3} = {k_2} - {k_1}\n"  # both die here: k_3 becomes k
+        f"{helper_1} = {k_3} + 1.0\n"  # never the module's `helper`
+        f"{k_4} = {helper_1} * {k_3}\n"
+        f"_ = {k_4}\n"
+    )
+    function = _straight_line(source, ["x"], scope)
+    reuse_names(function)
+    lines = [ast.unparse(s.node()) for s in function.body] + [ast.unparse(function.returns)]
+    assert lines == [
+        "k = x * 2.0",
+        "k = k + 1.0",
+        "k_1 = k * k",
+        "k = k_1 - k",
+        "helper_1 = k + 1.0",
+        "k = helper_1 * k",
+        "k",
+    ]
+    before, after = {"x": 3.0}, {"x": 3.0}
+    exec(compile(source, "before", "exec"), {}, before)
+    exec(compile("\n".join(lines[:-1]), "after", "exec"), {}, after)
+    assert before[k_4] == after["k"]

@@ -375,9 +375,12 @@ class CallDef(Body):
             if paths == [""]:
                 return named(names[0], ast.Store())
             return ast.Tuple([named(n, ast.Store()) for n in names], ast.Store())
-        whole = self.scope.fresh(
-            naming.expression_name(self.site.text if self.site else None) or "result", "expression"
-        )
+        assigned = torch_source.assigned_name(self.site) if self.site else None
+        if assigned:  # `outputs: ModelOutput = self.model(...)`: the torch name for the whole result
+            whole = self.scope.fresh(assigned, "local")
+        else:
+            base = naming.expression_name(self.site.text if self.site else None) or "result"
+            whole = self.scope.fresh(base, "expression")
         flat.append(whole)
         for path, v in returned:
             if v not in self.env:

@@ -88,7 +88,7 @@ def _make_loop(
     ints = _ints(module)
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, plan["progressions"]) if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
-    torch_target = _loop_target_name(source)
+    torch_index, torch_element = _loop_names(source)
     lists: dict[str, tuple[ast.expr, str]] = {}
     by_list = all(
         v0 == 0 and step == 1 and _list_length(low, function, places, node) == count
@@ -101,7 +101,7 @@ def _make_loop(
             key = ast.dump(parent.value)  # type: ignore[attr-defined]
             if key not in lists:
                 root = _chain_root(parent.value)  # type: ignore[attr-defined]
-                element = torch_target or "item"
+                element = torch_element or "item"
                 base = element if root == "params" else f"{element}_{root}"
                 lists[key] = (parent.value, scope.fresh(base, "loop"))  # type: ignore[attr-defined]
             grand, attr, index = places[id(parent)]
@@ -111,15 +111,23 @@ def _make_loop(
         header_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
         iterable = iterables[0] if len(iterables) == 1 else ast.Call(named("zip"), iterables, [])
     else:
-        index_name = scope.fresh(
-            torch_target if source is not None and _is_range_loop(source) else "i", "loop"
-        )
+        index_name = scope.fresh(torch_index or "i", "loop")
         for node, v0, step in varying:
             parent, attr, index = places[id(node)]
             _replace(parent, attr, index, _affine(index_name, v0, step))
         header_target = named(index_name, ast.Store())
         iterable = ast.Call(named("range"), [ast.Constant(count)], [])
+    # A carry torch names otherwise inside the loop (`hidden_states = inputs_embeds` before
+    # `for layer in layers: hidden_states = layer(hidden_states)`) takes that name, from an alias.
+    aliases: list[Statement] = []
+    for m, entry in carries.items():
+        inner = defined[0][m]
+        renamed = scope.bases.get(inner, inner) != scope.bases.get(entry, entry)
+        if renamed and scope.names.get(inner) == "local":
+            canon[m] = inner
+            aliases.append(Statement([inner], named(entry), [], anchor.site))
     renames = {name: canon[m] for m, name in enumerate(defined[0])}
+    renames.update({carries[m]: canon[m] for m in carries})  # the first pass reads the alias
     for node in ast.walk(module):
         if isinstance(node, ast.Name) and node.id in renames:
             node.id = renames[node.id]
@@ -147,7 +155,9 @@ def _make_loop(
                     ast.Attribute(named(collected_names[m]), "append", ast.Load()), [named(canon[m])], []
                 )
                 loop_body.append(Statement([], append, [], statement.site))
-    before = [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in collected_names.values()]
+    before = aliases + [
+        Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in collected_names.values()
+    ]
     # After the loop: its last values under the loop's names; earlier ones through the lists.
     last = {name: canon[m] for m, name in enumerate(defined[-1])}
     later = body[start + count * length :]
@@ -233,21 +243,23 @@ def _list_length(low: Context, function: Function, places: dict, node: ast.AST) 
     return tree.lengths.get(path)
 
 
-def _loop_target_name(loop: ast.AST | None) -> str | None:
+def _loop_names(loop: ast.AST | None) -> tuple[str | None, str | None]:
+    """(index, element): the names torch's loop binds, `for i in range(n)` -> (`i`, None),
+    `for layer in self.layers` -> (None, `layer`), `for i, block in enumerate(self.h)` -> (`i`, `block`)."""
     if isinstance(loop, ast.For):
-        target = loop.target
+        target, iterable = loop.target, loop.iter
     elif isinstance(loop, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
-        target = loop.generators[0].target
+        target, iterable = loop.generators[0].target, loop.generators[0].iter
     else:
-        return None
-    return target.id if isinstance(target, ast.Name) else None
-
-
-def _is_range_loop(loop: ast.AST) -> bool:
-    iterable = loop.iter if isinstance(loop, ast.For) else getattr(loop, "generators", [None])[0].iter  # type: ignore[union-attr]
-    return (
-        isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range"
-    )
+        return None, None
+    func = iterable.func if isinstance(iterable, ast.Call) else None
+    called = func.id if isinstance(func, ast.Name) else None
+    if called == "enumerate" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        index, element = (e.id if isinstance(e, ast.Name) else None for e in target.elts)
+        return index, element
+    if not isinstance(target, ast.Name):
+        return None, None
+    return (target.id, None) if called == "range" else (None, target.id)
 
 
 def _collected_base(later: list[Statement], node: ast.AST, element: str) -> str:
@@ -312,7 +324,8 @@ def _comprehension(
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, progressions) if step]
     if not varying:
         return None
-    target = _loop_target_name(torch_source.within(site, torch_source.COMPREHENSIONS) if site else None)
+    comprehension = torch_source.within(site, torch_source.COMPREHENSIONS) if site else None
+    torch_index, target = _loop_names(comprehension)
     count = len(elements)
     if all(
         v0 == 0 and step == 1 and _list_length(low, function, places, node) == count
@@ -333,7 +346,7 @@ def _comprehension(
         loop_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
         iterable = iterables[0] if len(iterables) == 1 else ast.Call(named("zip"), iterables, [])
     else:
-        index_name = function.scope.fresh(target or "i", "loop")
+        index_name = function.scope.fresh(torch_index or "i", "loop")
         for node, v0, step in varying:
             parent, attr, index = places[id(node)]
             _replace(parent, attr, index, _affine(index_name, v0, step))

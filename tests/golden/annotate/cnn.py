@@ -30,7 +30,7 @@ class SmallCNN(nn.Module):
         # ) * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1)) + jnp.reshape(
         #     params["bn1"]["bias"], (1, 16, 1, 1)
         # )
-        # x_1 = lax.reduce_window(
+        # x = lax.reduce_window(
         #     jax.nn.relu(bn1),
         #     -jnp.inf,
         #     lax.max,
@@ -39,7 +39,7 @@ class SmallCNN(nn.Module):
         # )
         x = self.pool(F.relu(self.bn2(self.conv2(x))))
         # conv2_x = lax.conv_general_dilated(
-        #     x_1,
+        #     x,
         #     params["conv2"]["weight"],
         #     window_strides=(1, 1),
         #     padding=((1, 1), (1, 1)),
@@ -50,7 +50,7 @@ class SmallCNN(nn.Module):
         # ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
         #     params["bn2"]["bias"], (1, 32, 1, 1)
         # )
-        # x_2 = lax.reduce_window(
+        # x = lax.reduce_window(
         #     jax.nn.relu(bn2),
         #     -jnp.inf,
         #     lax.max,
@@ -58,7 +58,7 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         features = self.global_pool(x).flatten(1)
-        # features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (2, 32))
+        # features = jnp.reshape(jnp.mean(x, axis=(3, 2), keepdims=True), (2, 32))
         return self.fc(features)
         # return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
 

@@ -31,10 +31,10 @@ class MoE(nn.Module):
         tokens = x.reshape(-1, x.shape[-1])  # tokens = jnp.reshape(x, (12, 32))
         logits = self.router(tokens)  # logits = tokens @ params["router"]["weight"].T
         topk_logits, topk_idx = torch.topk(logits, self.top_k, dim=-1)
-        # logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
-        # topk_logits = jnp.sort(logits_1, axis=1, descending=True)
+        # logits, logits_1 = lax.top_k(logits, 2, axis=1)
+        # topk_logits = jnp.sort(logits, axis=1, descending=True)
         # topk_idx = jnp.take_along_axis(
-        #     logits_2, jnp.argsort(topk_logits, axis=1, descending=True)
+        #     logits_1, jnp.argsort(topk_logits, axis=1, descending=True)
         # )
         topk_w = F.softmax(topk_logits, dim=-1)  # topk_w = jax.nn.softmax(topk_logits, axis=1)
         # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.

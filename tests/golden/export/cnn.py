@@ -62,14 +62,14 @@ def forward(params, x):
     ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
         params["bn2"]["bias"], (1, 32, 1, 1)
     )
-    x_2 = lax.reduce_window(
+    x_1 = lax.reduce_window(
         jax.nn.relu(bn2),
         -jnp.inf,
         lax.max,
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (x.shape[0], 32))
+    features = jnp.reshape(jnp.mean(x_1, axis=(3, 2), keepdims=True), (x.shape[0], 32))
     return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
 
 

@@ -30,11 +30,11 @@ def forward(params, x):
     fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"][None]
     h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
     relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"][None])
-    h_1 = h + relu
-    h_2 = (h_1 - jnp.mean(h_1, axis=1, keepdims=True)) * lax.rsqrt(
-        jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05
+    h = h + relu
+    h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
+        jnp.var(h, axis=1, keepdims=True, ddof=0) + 1e-05
     ) * params["norm"]["weight"][None] + params["norm"]["bias"][None]
-    return h_2 @ params["head"]["weight"].T + params["head"]["bias"][None]
+    return h @ params["head"]["weight"].T + params["head"]["bias"][None]
 
 
 def load_params(model):

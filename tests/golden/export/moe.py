@@ -29,10 +29,10 @@ def forward(params, x):
     """`MoE.forward`, moe.py:28."""
     tokens = jnp.reshape(x, (x.shape[0] * x.shape[1], 32))
     logits = tokens @ params["router"]["weight"].T
-    logits_1, logits_2 = lax.top_k(logits, 2, axis=1)
-    topk_logits = jnp.sort(logits_1, axis=1, descending=True)
+    logits, logits_1 = lax.top_k(logits, 2, axis=1)
+    topk_logits = jnp.sort(logits, axis=1, descending=True)
     topk_idx = jnp.take_along_axis(
-        logits_2, jnp.argsort(topk_logits, axis=1, descending=True)
+        logits_1, jnp.argsort(topk_logits, axis=1, descending=True)
     )
     topk_w = jax.nn.softmax(topk_logits, axis=1)
     weights = (

@@ -39,14 +39,14 @@ def fwd(params, x):
             weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
                 jnp.bfloat16
             )
-            weights_1 = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
+            weights = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
             bias = jnp.ones((64,), jnp.float32)
-            bias_1 = jnp.broadcast_to(bias, (4, 64, 2, 64))
-            weights_2 = weights_1.astype(jnp.float32) + bias_1
+            bias = jnp.broadcast_to(bias, (4, 64, 2, 64))
+            weights = weights.astype(jnp.float32) + bias
             einsum = jnp.transpose(
                 lax.dot_general(
                     query_block,
-                    weights_2,
+                    weights,
                     (((1,), (3,)), ((0, 2), (0, 2))),
                     preferred_element_type=jnp.float32,
                 ),

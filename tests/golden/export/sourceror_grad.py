@@ -46,13 +46,13 @@ def grad_fn(params, x):
                 weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
                     jnp.bfloat16
                 )
-                weights_1 = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
-                weights_2 = weights_1.astype(jnp.float32)
-                weights_3 = weights_2 + bias_1
+                weights = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
+                weights = weights.astype(jnp.float32)
+                weights = weights + bias_1
                 einsum = jnp.transpose(
                     lax.dot_general(
                         query_block,
-                        weights_3,
+                        weights,
                         (((1,), (3,)), ((0, 2), (0, 2))),
                         preferred_element_type=jnp.float32,
                     ),
@@ -61,18 +61,18 @@ def grad_fn(params, x):
                 return (
                     einsum.astype(jnp.bfloat16),
                     dynamic_slice_in_dim_x,
-                    weights_3,
+                    weights,
                     query_block,
                 )
 
             blocked_attn, map_block, map_block_1, blocked_attn_1 = lax.map(
                 body, jnp.arange(2, dtype=jnp.int32)
             )
-            blocked_attn_2 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
+            blocked_attn = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
             grad_einsum = jnp.transpose(
                 lax.dot_general(
                     carry,
-                    blocked_attn_2,
+                    blocked_attn,
                     (((0, 1), (0, 1)), ((), ())),
                     preferred_element_type=jnp.bfloat16,
                 ),
@@ -84,17 +84,17 @@ def grad_fn(params, x):
                 (((2,), (2,)), ((), ())),
                 preferred_element_type=jnp.bfloat16,
             )
-            grad_blocked_attn_1 = jnp.transpose(
+            grad_blocked_attn = jnp.transpose(
                 jnp.reshape(grad_blocked_attn, (4, 2, 64, 2, 16)), (1, 0, 2, 3, 4)
             )
 
             def grad_body(carry, xs):
                 xs_0, xs_1, xs_2, xs_3 = xs
                 grad_einsum = xs_0.astype(jnp.float32)
-                grad_einsum_1 = jnp.transpose(grad_einsum, (0, 2, 3, 1))
+                grad_einsum = jnp.transpose(grad_einsum, (0, 2, 3, 1))
                 grad_weights = jnp.transpose(
                     lax.dot_general(
-                        grad_einsum_1,
+                        grad_einsum,
                         xs_3,
                         (((2,), (3,)), ((0, 1), (0, 2))),
                         preferred_element_type=jnp.float32,
@@ -103,21 +103,21 @@ def grad_fn(params, x):
                 )
                 grad_query_block = jnp.transpose(
                     lax.dot_general(
-                        grad_einsum_1,
+                        grad_einsum,
                         xs_2,
                         (((3,), (1,)), ((0, 1), (0, 2))),
                         preferred_element_type=jnp.float32,
                     ),
                     (0, 3, 1, 2),
                 ).astype(jnp.bfloat16)
-                grad_weights_1 = grad_weights.astype(jnp.bfloat16)
-                grad_weights_2 = lax.reduce_sum(grad_weights_1, (3,))
-                grad_query_block_1 = grad_query_block + lax.broadcast_in_dim(
-                    grad_weights_2.astype(jnp.float32), (4, 64, 2, 16), (0, 1, 2)
+                grad_weights = grad_weights.astype(jnp.bfloat16)
+                grad_weights = lax.reduce_sum(grad_weights, (3,))
+                grad_query_block = grad_query_block + lax.broadcast_in_dim(
+                    grad_weights.astype(jnp.float32), (4, 64, 2, 16), (0, 1, 2)
                 ).astype(jnp.bfloat16)
                 grad_dynamic_slice_in_dim_x = carry + lax.dynamic_update_slice(
                     jnp.zeros((4, 128, 2, 16), jnp.bfloat16),
-                    grad_query_block_1,
+                    grad_query_block,
                     (jnp.int32(0), xs_1, jnp.int32(0), jnp.int32(0)),
                     allow_negative_indices=False,
                 )
@@ -126,7 +126,7 @@ def grad_fn(params, x):
             grad_y, _ = lax.scan(
                 grad_body,
                 jnp.zeros((4, 128, 2, 16), jnp.bfloat16),
-                (grad_blocked_attn_1, map_block, map_block_1, blocked_attn_1),
+                (grad_blocked_attn, map_block, map_block_1, blocked_attn_1),
                 reverse=True,
             )
             grad_xs_1 = lax.dot_general(
@@ -156,8 +156,8 @@ def grad_fn(params, x):
 
 def loss_fn(params, x):
     """`loss_fn`, jax_programs.py:214."""
-    x_1, scan_layer = fwd(params, x)
-    loss = jnp.mean(x_1.astype(jnp.float32), axis=(0, 1, 2)).astype(jnp.bfloat16)
+    x, scan_layer = fwd(params, x)
+    loss = jnp.mean(x.astype(jnp.float32), axis=(0, 1, 2)).astype(jnp.bfloat16)
     return loss, scan_layer
 
 
@@ -166,13 +166,13 @@ def fwd(params, x):
 
     def call(x):
         bias = jnp.ones((64,), jnp.float32)
-        bias_1 = jnp.broadcast_to(bias, (4, 64, 2, 64))
+        bias = jnp.broadcast_to(bias, (4, 64, 2, 64))
 
         def body(x):
             return lax.select(x < 0, x + 128, x)
 
         scan = lax.map(body, x)
-        return bias_1, scan
+        return bias, scan
 
     map_block, map_block_1 = call(jnp.arange(2, dtype=jnp.int32))
 
@@ -193,13 +193,13 @@ def fwd(params, x):
                 weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
                     jnp.bfloat16
                 )
-                weights_1 = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
-                weights_2 = weights_1.astype(jnp.float32)
-                weights_3 = weights_2 + map_block_2
+                weights = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
+                weights = weights.astype(jnp.float32)
+                weights = weights + map_block_2
                 einsum = jnp.transpose(
                     lax.dot_general(
                         query_block,
-                        weights_3,
+                        weights,
                         (((1,), (3,)), ((0, 2), (0, 2))),
                         preferred_element_type=jnp.float32,
                     ),
@@ -211,9 +211,9 @@ def fwd(params, x):
             return scan
 
         blocked_attn = call(map_block, map_block_1, y)
-        blocked_attn_1 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
+        blocked_attn = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
         z = lax.dot_general(
-            blocked_attn_1,
+            blocked_attn,
             xs_1,
             (((3, 2), (1, 0)), ((), ())),
             preferred_element_type=jnp.bfloat16,

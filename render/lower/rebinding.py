@@ -1,0 +1,117 @@
+"""Names a person reuses: `k = k.reshape(...)` where torch rebinds `k`, not `k_1`, `k_2`, ...
+
+Lowering gives every value its own name (`k`, `k_1`, ... for the values torch bound to `k`), so
+a def is single-assignment.  `reuse_names` then renames, in order, each suffixed value to the
+lowest of `k`, `k_1`, ... whose holder is dead by then (read for the last time at the latest by
+the statement that rebinds it), as people write JAX: `q = jnp.reshape(q, ...)`; a suffix stays
+only where the old value is still needed.  Nothing else moves, so what is computed is unchanged.
+
+A name bound again later (a loop's carry) is renamed everywhere as one, from its first binding
+to its last read.  Conservative where Python's scoping makes rebinding subtle: a name first bound
+inside a loop, or read inside a nested def (which reads it when called, not when defined), is
+never renamed, and a name it holds is never given to another value.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import math
+
+from jaxside.render.ir import Define, Function, Loop, Statement
+
+
+def reuse_names(function: Function) -> None:
+    """Rename `function`'s rebound values (and those of the defs nested in it) in place."""
+    for statement in function.body:
+        if isinstance(statement, Define) and statement.function is not None:
+            reuse_names(statement.function)
+    binds: dict[str, list[float]] = {p: [-1] for p in function.params}
+    last: dict[str, float] = {}
+    renamable: dict[str, int] = {}
+    for position, statement in enumerate(function.body):
+        node = statement.node()
+        stores, loads, pinned = _names(node)
+        if isinstance(statement, Define):
+            stores = {node.name} if isinstance(node, ast.FunctionDef) else set()
+            pinned |= loads
+        for name in stores:
+            binds.setdefault(name, []).append(position)
+        for name in loads:
+            last[name] = max(last.get(name, -1), position)
+        for name in pinned:
+            last[name] = math.inf
+        if type(statement) is Statement:  # its own targets: not a comprehension's variable
+            targets = list(statement.targets)  # in order: the names follow the targets' order
+            if statement.target is not None:
+                targets += [n.id for n in ast.walk(statement.target) if isinstance(n, ast.Name)]
+            for name in targets:
+                if name in function.scope.bases:
+                    renamable.setdefault(name, position)
+    if function.returns is not None:
+        for name in _names(ast.Expr(function.returns))[1]:
+            last[name] = max(last.get(name, -1), len(function.body))
+    current = {name: name for name in binds}
+    renames: dict[str, str] = {}
+    for name, position in sorted(renamable.items(), key=lambda item: item[1]):
+        if min(binds[name]) < position or last.get(name) == math.inf:
+            continue  # first bound by no statement of its own (a loop's), or read by a nested def
+        base = function.scope.bases[name]
+        for i in range(10_000):
+            candidate = base if i == 0 else f"{base}_{i}"
+            if candidate == name:
+                break
+            if candidate not in binds and (candidate in last or not function.scope.free(candidate)):
+                continue  # a name of the module's, a builtin the def calls
+            holders = [old for old, new in current.items() if new == candidate]
+            # each holder bound before, and read for the last time at the latest here
+            if all(max(binds[h]) < position and last.get(h, -1) <= position for h in holders):
+                current[name] = renames[name] = candidate
+                function.scope.names.setdefault(candidate, function.scope.names.get(name, "fallback"))
+                break
+    if renames:
+        _apply(function, renames)
+
+
+def _names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """(names `node` binds, names it reads, names read inside defs and lambdas nested in it)."""
+    stores: set[str] = set()
+    loads: set[str] = set()
+    pinned: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name):
+            (stores if isinstance(child.ctx, ast.Store) else loads).add(child.id)
+        elif isinstance(child, (ast.FunctionDef, ast.Lambda)) and child is not node:
+            pinned |= {n.id for n in ast.walk(child) if isinstance(n, ast.Name)}
+    return stores, loads, pinned
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, renames: dict[str, str]) -> None:
+        self.renames = renames
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.renames.get(node.id, node.id), node.ctx)
+
+
+def _apply(function: Function, renames: dict[str, str]) -> None:
+    rename = _Rename(renames)
+
+    def expr(node: ast.expr | None) -> ast.expr | None:
+        # A copy: statements may share `ast` nodes, and each must be renamed once.
+        return None if node is None else rename.visit(copy.deepcopy(node))
+
+    def statement(s: Statement) -> None:
+        s.targets = [renames.get(t, t) for t in s.targets]
+        s.value = expr(s.value)  # type: ignore[assignment]
+        s.target = expr(s.target)
+        if isinstance(s, Loop):
+            s.loop_target = expr(s.loop_target)
+            s.iterable = expr(s.iterable)
+            for inner in s.body:
+                statement(inner)
+
+    for s in function.body:
+        if not isinstance(s, Define):  # a nested def reads no renamed name (see above)
+            statement(s)
+    function.returns = expr(function.returns)
