@@ -26,12 +26,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.extend.core import Literal, Primitive, Var
 
 from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
 from jaxside.render.rules.emitter import Emitter
 from jaxside.render.rules.known_calls import same_literal, same_params
+from jaxside.render.rules.linalg import matmul
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -256,6 +258,50 @@ def _unflattened_matmul(eqn: Any, dot: Any, producer: Producer) -> list[Candidat
     return [Candidate(reference, [a, b], "_0 @ _1", "matmul_unflattened")]
 
 
+def _einsum(eqn: Any, producer: Producer) -> list[Candidate]:
+    """'jnp.einsum("ab,abc->ac", x, y)' for a 'dot_general' that is not a plain matmul (batch axes
+    elsewhere than in front, several contracted axes, an outer product), and with the
+    'transpose' of its result jnp adds when the output's axes come in another order."""
+    if eqn.primitive.name == "transpose":
+        dot = producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
+        if dot is None or dot.primitive.name != "dot_general":
+            return []
+        perm = tuple(eqn.params["permutation"])
+    else:
+        dot, perm = eqn, None
+    if matmul(dot, [ast.Name("_0", ast.Load()), ast.Name("_1", ast.Load())]) is not None:
+        return []  # `a @ b` says it (and `jnp.transpose(a @ b, ...)` what the torch code did)
+    p = dot.params
+    if p["precision"] is not None or p.get("out_sharding") is not None:
+        return []
+    (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
+    a, b = dot.invars
+    if a.aval.ndim + b.aval.ndim > len(_LETTERS):
+        return []
+    names_a = _LETTERS[: a.aval.ndim]
+    shared = dict(zip((*contract_b, *batch_b), (*contract_a, *batch_a)))
+    fresh = iter(_LETTERS[a.aval.ndim :])
+    names_b = [names_a[shared[d]] if d in shared else next(fresh) for d in range(b.aval.ndim)]
+    free_a = [n for d, n in enumerate(names_a) if d not in (*contract_a, *batch_a)]
+    free_b = [n for d, n in enumerate(names_b) if d not in (*contract_b, *batch_b)]
+    out = [names_a[d] for d in batch_a] + free_a + free_b
+    result = "".join(out[d] for d in perm) if perm is not None else "".join(out)
+    keywords = [""]
+    if p["preferred_element_type"] is not None and p["preferred_element_type"] != a.aval.dtype:
+        keywords.append(f", preferred_element_type=jnp.{np.dtype(p['preferred_element_type']).name}")
+    orders = [(a, names_a, b, "".join(names_b))]
+    if perm is not None:  # jnp contracts the second operand first and transposes when it must
+        orders.append((b, "".join(names_b), a, names_a))
+    return [
+        (f'jnp.einsum("{sx},{sy}->{result}", _0, _1{kws})', [x, y])
+        for x, sx, y, sy in orders
+        for kws in keywords
+    ]
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
 PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
@@ -263,6 +309,8 @@ PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
     **dict.fromkeys(_AT_METHODS, _scatter),
     "squeeze": _squeeze,
     "div": _div,
+    "dot_general": _einsum,
+    "transpose": _einsum,
 }
 
 

@@ -52,9 +52,7 @@ class MoE(nn.Module):
         #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
         # )
         out = torch.einsum("te,ted->td", weights, expert_out)
-        # out = lax.dot_general(
-        #     weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
-        # )
+        # out = jnp.einsum("ab,abc->ac", weights, expert_out)
         return out.reshape(x.shape)  # return jnp.reshape(out, (2, 6, 32))
 
 
