@@ -220,7 +220,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # jax: def rms_norm_forward(params, x)  ×5
         return self._norm(x.float()).type_as(x) * self.weight
-        # return rms_norm_norm(x) * params["weight"][None, None]  ×5
+        # return rms_norm_norm(x) * params["weight"]  ×5
 
 
 def precompute_freqs_cis(seq_len: int, n_elem: int, base: float = 10000.0) -> Tensor:
@@ -236,14 +236,12 @@ def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
     # pairs = jnp.reshape(x, (1, 8, x.shape[2], 8, 2))  ×4
     x_re, x_im = pairs[..., 0], pairs[..., 1]
-    # x_re = pairs[:, :, :, :, 0]  ×4
-    # x_im = pairs[:, :, :, :, 1]
-    cos = freqs_cis[:, None, :, 0]  # cos = freqs_cis[:, :, 0][:, None]  ×4
-    sin = freqs_cis[:, None, :, 1]  # sin = freqs_cis[:, :, 1][:, None]  ×4
+    # x_re = pairs[..., 0]  ×4
+    # x_im = pairs[..., 1]
+    cos = freqs_cis[:, None, :, 0]  # cos = freqs_cis[:, None, :, 0]  ×4
+    sin = freqs_cis[:, None, :, 1]  # sin = freqs_cis[:, None, :, 1]  ×4
     rotated = torch.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], dim=-1)
-    # cos_1 = cos[None]  ×4
-    # sin_1 = sin[None]
-    # rotated = lax.stack([x_re * cos_1 - x_im * sin_1, x_im * cos_1 + x_re * sin_1], axis=4)
+    # rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)  ×4
     return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], 16))  ×4
 
 

@@ -169,7 +169,8 @@ def _update_values(updates: Any, producer: Producer) -> Iterator[Any]:
 
 
 def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`x[:, :, 0]` for the slice and squeeze jnp stages for an integer index."""
+    """`x[:, :, 0]` (`x[..., 0]` for the last axis) for the slice and squeeze jnp stages for an
+    integer index."""
     (sliced,) = eqn.invars
     source = producer(sliced) if _is_traced(sliced) else None
     dims = tuple(eqn.params["dimensions"])
@@ -186,7 +187,10 @@ def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
     items[dims[0]] = str(starts[dims[0]])
     while items[-1] == ":":
         items.pop()
-    return [(f"_0[{', '.join(items)}]", [x])]
+    candidates = [(f"_0[{', '.join(items)}]", [x])]
+    if len(items) > 2 and all(item == ":" for item in items[:-1]):
+        candidates.insert(0, (f"_0[..., {items[-1]}]", [x]))
+    return candidates
 
 
 def _axis(axes: tuple[int, ...]) -> str:
@@ -194,7 +198,8 @@ def _axis(axes: tuple[int, ...]) -> str:
 
 
 def _div(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division."""
+    """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division (and
+    `x / y` with rank promotion, as for the other operators)."""
     numerator, denominator = eqn.invars
     candidates = []
     top = producer(numerator) if _is_traced(numerator) else None
@@ -213,18 +218,44 @@ def _div(eqn: Any, producer: Producer) -> list[Candidate]:
         if total is not None and total.primitive.name == "reduce_sum":
             axes = tuple(total.params["axes"])
             candidates.append((f"jax.nn.softmax(_0, axis={_axis(axes)})", [shifted.invars[0]]))
-    return candidates
+    return candidates + _promoted(eqn, producer)
 
 
 def _broadcast(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`x[None, None, i]`: jnp gathers, then puts the new axes in front."""
+    """`x[None, None, i]`: jnp gathers, then puts the new axes in front.  And `x[:, None, :, 0]`:
+    the slice and squeeze of an integer index, then the new axes."""
     (value,) = eqn.invars
     source = producer(value) if _is_traced(value) else None
     new = eqn.outvars[0].aval.ndim - value.aval.ndim if _is_traced(value) else 0
+    if source is not None and source.primitive.name == "squeeze" and new > 0:
+        return _new_axes(eqn, source, producer)
     if source is None or source.primitive.name != "gather" or new <= 0:
         return []
     prefix = "_0[" + "None, " * new
     return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, producer)]
+
+
+def _new_axes(eqn: Any, squeeze: Any, producer: Producer) -> list[Candidate]:
+    """`x[:, None, :, 0]` for `x[:, :, 0]` broadcast to new axes of size one."""
+    found = [(code, operands) for code, operands in _squeeze(squeeze, producer) if "..." not in code]
+    if not found:
+        return []
+    code, operands = found[0]
+    items = code[len("_0[") : -1].split(", ")
+    items += [":"] * (operands[0].aval.ndim - len(items))
+    kept = set(eqn.params["broadcast_dimensions"])
+    woven: list[str] = []
+    axis = 0  # the next axis of the result
+    for item in items:
+        while item == ":" and axis not in kept and axis < eqn.outvars[0].aval.ndim:
+            woven.append("None")
+            axis += 1
+        woven.append(item)
+        axis += item == ":"
+    woven += ["None"] * (eqn.outvars[0].aval.ndim - axis)
+    while woven[-1] == ":":
+        woven.pop()
+    return [(f"_0[{', '.join(woven)}]", operands)]
 
 
 def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
@@ -256,6 +287,28 @@ def _unflattened_matmul(eqn: Any, dot: Any, producer: Producer) -> list[Candidat
     shapes = [tuple(e.params["new_sizes"]) for e in flat]
     reference = f"jnp.reshape(jnp.reshape(_0, {shapes[0]}) @ jnp.reshape(_1, {shapes[1]}), {out})"
     return [Candidate(reference, [a, b], "_0 @ _1", "matmul_unflattened")]
+
+
+_BINARY = {"add": "_0 + _1", "sub": "_0 - _1", "mul": "_0 * _1", "div": "_0 / _1", "and": "_0 & _1",
+           "or": "_0 | _1", "xor": "_0 ^ _1", "eq": "_0 == _1", "ne": "_0 != _1", "lt": "_0 < _1",
+           "le": "_0 <= _1", "gt": "_0 > _1", "ge": "_0 >= _1", "max": "jnp.maximum(_0, _1)",
+           "min": "jnp.minimum(_0, _1)"}
+
+
+def _promoted(eqn: Any, producer: Producer) -> list[Candidate]:
+    """'x * w' for a binary operator (or 'jnp.maximum', 'jnp.minimum') whose operand of lower rank
+    jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages."""
+    sources = []
+    for v in eqn.invars:
+        made = producer(v) if _is_traced(v) else None
+        broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
+        sources.append(made.invars[0] if broadcast and _is_traced(made.invars[0]) else None)
+    code = _BINARY[eqn.primitive.name]
+    tries = [[s if s is not None else v for s, v in zip(sources, eqn.invars)]] if all(sources) else []
+    for i, source in enumerate(sources):
+        if source is not None:
+            tries.append([source if i == j else v for j, v in enumerate(eqn.invars)])
+    return [(code, operands) for operands in tries]
 
 
 def _einsum(eqn: Any, producer: Producer) -> list[Candidate]:
@@ -308,6 +361,7 @@ PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
     "reshape": _reshape,
     **dict.fromkeys(_AT_METHODS, _scatter),
     "squeeze": _squeeze,
+    **dict.fromkeys(_BINARY, _promoted),
     "div": _div,
     "dot_general": _einsum,
     "transpose": _einsum,

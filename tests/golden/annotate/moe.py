@@ -48,7 +48,7 @@ class MoE(nn.Module):
         #     .set(topk_w)
         # )
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)
-        # expert_out = lax.stack(
+        # expert_out = jnp.stack(
         #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
         # )
         out = torch.einsum("te,ted->td", weights, expert_out)

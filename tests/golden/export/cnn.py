@@ -71,7 +71,7 @@ def forward(params, x):
         window_strides=(1, 1, 2, 2),
     )
     features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (x.shape[0], 32))
-    return features @ params["fc"]["weight"].T + params["fc"]["bias"][None]
+    return features @ params["fc"]["weight"].T + params["fc"]["bias"]
 
 
 def load_params(model):

@@ -83,7 +83,7 @@ def rms_norm_forward(params, x):
 
     Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
     """
-    return rms_norm_norm(x) * params["weight"][None, None]
+    return rms_norm_norm(x) * params["weight"]
 
 
 def rms_norm_norm(x):
@@ -132,15 +132,11 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
 def apply_rotary_emb(x, freqs_cis):
     """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
     pairs = jnp.reshape(x, (*x.shape[:3], 8, 2))
-    x_re = pairs[:, :, :, :, 0]
-    x_im = pairs[:, :, :, :, 1]
-    cos = freqs_cis[:, :, 0][:, None]
-    sin = freqs_cis[:, :, 1][:, None]
-    cos_1 = cos[None]
-    sin_1 = sin[None]
-    rotated = lax.stack(
-        [x_re * cos_1 - x_im * sin_1, x_im * cos_1 + x_re * sin_1], axis=4
-    )
+    x_re = pairs[..., 0]
+    x_im = pairs[..., 1]
+    cos = freqs_cis[:, None, :, 0]
+    sin = freqs_cis[:, None, :, 1]
+    rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)
     return jnp.reshape(rotated, (*x.shape[:3], 16))
 
 

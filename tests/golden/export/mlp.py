@@ -27,14 +27,14 @@ from jax import lax
 
 def forward(params, x):
     """`MLP.forward`, mlp.py:16."""
-    fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"][None]
+    fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"]
     h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
-    relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"][None])
+    relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
     h_1 = h + relu
     h_2 = (h_1 - jnp.mean(h_1, axis=1, keepdims=True)) * lax.rsqrt(
         jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05
-    ) * params["norm"]["weight"][None] + params["norm"]["bias"][None]
-    return h_2 @ params["head"]["weight"].T + params["head"]["bias"][None]
+    ) * params["norm"]["weight"] + params["norm"]["bias"]
+    return h_2 @ params["head"]["weight"].T + params["head"]["bias"]
 
 
 def load_params(model):

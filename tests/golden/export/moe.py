@@ -49,7 +49,7 @@ def forward(params, x):
         ]
         .set(topk_w)
     )
-    expert_out = lax.stack(
+    expert_out = jnp.stack(
         [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
     )
     out = jnp.einsum("ab,abc->ac", weights, expert_out)
