@@ -161,7 +161,7 @@ def test_the_stand_ins_flags_for_real(tmp_path, capsys):
     file = write(tmp_path / "model.py", CHATTY)
     assert main([str(file), "-q"]) == 0
     out = capsys.readouterr().out
-    linear = 'y = x @ params["proj"]["weight"].T + params["proj"]["bias"][None]'
+    linear = 'y = x @ params["proj"]["weight"].T + params["proj"]["bias"]'
     assert f"        y = self.proj(x)  # {linear}\n" in out
     assert "    def forward(self, x, use_cache=True):  # jax: def forward(params, x)\n" in out
     target, page = tmp_path / "annotated.py", tmp_path / "view.html"

@@ -315,3 +315,27 @@ def test_deep_nesting_lowers_in_work_linear_in_the_program(monkeypatch):
         out = getattr(exported.module, exported.program.entry.name)(params, jnp.asarray(x.numpy()))
         np.testing.assert_allclose(np.asarray(out), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
     assert longest[50] <= longest[10] + 8
+
+
+
+def _einsums(q, k, gate, experts, a, b):
+    """torch.einsum with batch axes in front, in the middle and last, several contracted axes,
+    and an output order jnp reaches only with a transpose."""
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k)
+    mixed = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), k)
+    routed = torch.einsum("te,ted->td", gate, experts)
+    both = torch.einsum("ijk,jkl->il", a, b)
+    last = torch.einsum("jib,kjb->ikb", a.permute(1, 0, 2), b.permute(2, 0, 1))
+    return mixed, routed, both, last
+
+
+def test_einsum_exports_as_einsum_and_matches_torch():
+    torch.manual_seed(0)
+    shapes = [(2, 4, 3, 5), (2, 6, 3, 5), (4, 3), (4, 3, 5), (3, 4, 5), (4, 5, 6)]
+    exported = export(_einsums, tuple(torch.randn(*s) for s in shapes), static=True)
+    pairs, _ = run_against_torch(exported)
+    assert len(pairs) == 4
+    for got, want in pairs:
+        assert_close(got, want)
+    assert "lax.dot_general" not in exported.text
+    assert exported.text.count("jnp.einsum(") == 5, exported.text

@@ -29,7 +29,9 @@ from fuzzing.harness import (
     render_function,
 )
 from fuzzing.optable import DOC, Survey, documented, documented_rows, forms_cell, record
+from fuzzing.regressions import F32, REGRESSIONS, program
 from fuzzing.rewrites import PROOFS, prove
+from fuzzing.roundtrip import roundtrip
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
@@ -164,6 +166,22 @@ def test_jnp_reductions_that_stage_a_jit_render_as_the_call() -> None:
         "jnp.var(a0, axis=1, ddof=1)", "jnp.var(a0, axis=1, keepdims=True, ddof=0)", "jnp.cumsum(a0, axis=1)",
         "jnp.take(a0, a1, axis=0)",
     ]
+
+
+def test_idioms_write_what_the_torch_code_wrote() -> None:
+    """torch.einsum as `jnp.einsum` (not a plain matmul: no `@`), `x[..., 0]`, `x[:, None, :, 0]`,
+    operands of lower rank without the broadcast jnp stages for them, `jnp.stack`; each one
+    round-trips (the same equations, the same bits)."""
+    einsum = roundtrip(REGRESSIONS["idiom_einsum"]).source
+    assert "jnp.einsum('abcd,aecd->acbe', a0, a1)" in einsum  # batch axes 0 and 2
+    assert "jnp.einsum('ab,abc->ca', a2, a3)" in einsum  # the transpose jnp adds, folded in
+    assert "dot_general" not in einsum
+    rows_times_matrix = program([((2, 3, 4), F32), ((4, 5), F32)], "v2 = torch.einsum('bij,jk->bik', v0, v1)")
+    assert "a0 @ a1" in roundtrip(rows_times_matrix).source  # a plain matmul stays `@`
+    forms = roundtrip(REGRESSIONS["idiom_rank_promotion_and_stack"]).source
+    for expected in ("v3[..., 0]", "a1[:, None, :, 0]", "v9 * v10", "jnp.maximum(v19, v20)", "jnp.stack(",
+                     "v23 / a2"):
+        assert expected in forms, forms
 
 
 def test_other_jit_renders_as_a_nested_function() -> None:

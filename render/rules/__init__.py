@@ -45,7 +45,7 @@ from jaxside.render.rules.emitter import (
     pack,
     shape_expr,
 )
-from jaxside.render.rules.idioms import fuse
+from jaxside.render.rules.fusing import fuse
 from jaxside.render.rules.known_calls import function_source
 
 __all__ = [

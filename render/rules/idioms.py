@@ -2,8 +2,9 @@
 
 torchax lowers `freqs_cis[input_pos]` to `freqs_cis[input_pos]` in `jnp`, which stages an
 index wrap (`lt`, `add`, `select_n`), a `broadcast_in_dim` and a `gather`; `k_out[:, :, pos] = k`
-to `.at[...].set(...)`; `x.mean(-1, keepdim=True)` to `jnp.mean`.  `fuse` finds such runs and
-replaces each by one `idiom` equation whose rule writes the expression (`x[i]`, `x.at[:, i].set(v)`).
+to `.at[...].set(...)`; `x.mean(-1, keepdim=True)` to `jnp.mean`.  `fuse` (`render.rules.fusing`)
+finds such runs and replaces each by one `idiom` equation whose rule writes the expression
+(`x[i]`, `x.at[:, i].set(v)`).
 
 A match is checked, never assumed: a candidate expression (built from the last equation's
 params by the pattern for its primitive, below) is traced on its operands' types, and the
@@ -20,18 +21,16 @@ every fused program the same way as single equations.
 from __future__ import annotations
 
 import ast
-import functools
+import string
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.extend.core import Literal, Primitive, Var
+import numpy as np
+from jax.extend.core import Literal, Primitive
 
 from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
 from jaxside.render.rules.emitter import Emitter
-from jaxside.render.rules.known_calls import same_literal, same_params
+from jaxside.render.rules.linalg import matmul
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -167,7 +166,8 @@ def _update_values(updates: Any, producer: Producer) -> Iterator[Any]:
 
 
 def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`x[:, :, 0]` for the slice and squeeze jnp stages for an integer index."""
+    """`x[:, :, 0]` (`x[..., 0]` for the last axis) for the slice and squeeze jnp stages for an
+    integer index."""
     (sliced,) = eqn.invars
     source = producer(sliced) if _is_traced(sliced) else None
     dims = tuple(eqn.params["dimensions"])
@@ -184,7 +184,10 @@ def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
     items[dims[0]] = str(starts[dims[0]])
     while items[-1] == ":":
         items.pop()
-    return [(f"_0[{', '.join(items)}]", [x])]
+    candidates = [(f"_0[{', '.join(items)}]", [x])]
+    if len(items) > 2 and all(item == ":" for item in items[:-1]):
+        candidates.insert(0, (f"_0[..., {items[-1]}]", [x]))
+    return candidates
 
 
 def _axis(axes: tuple[int, ...]) -> str:
@@ -192,7 +195,8 @@ def _axis(axes: tuple[int, ...]) -> str:
 
 
 def _div(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division."""
+    """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division (and
+    `x / y` with rank promotion, as for the other operators)."""
     numerator, denominator = eqn.invars
     candidates = []
     top = producer(numerator) if _is_traced(numerator) else None
@@ -211,18 +215,44 @@ def _div(eqn: Any, producer: Producer) -> list[Candidate]:
         if total is not None and total.primitive.name == "reduce_sum":
             axes = tuple(total.params["axes"])
             candidates.append((f"jax.nn.softmax(_0, axis={_axis(axes)})", [shifted.invars[0]]))
-    return candidates
+    return candidates + _promoted(eqn, producer)
 
 
 def _broadcast(eqn: Any, producer: Producer) -> list[Candidate]:
-    """`x[None, None, i]`: jnp gathers, then puts the new axes in front."""
+    """`x[None, None, i]`: jnp gathers, then puts the new axes in front.  And `x[:, None, :, 0]`:
+    the slice and squeeze of an integer index, then the new axes."""
     (value,) = eqn.invars
     source = producer(value) if _is_traced(value) else None
     new = eqn.outvars[0].aval.ndim - value.aval.ndim if _is_traced(value) else 0
+    if source is not None and source.primitive.name == "squeeze" and new > 0:
+        return _new_axes(eqn, source, producer)
     if source is None or source.primitive.name != "gather" or new <= 0:
         return []
     prefix = "_0[" + "None, " * new
     return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, producer)]
+
+
+def _new_axes(eqn: Any, squeeze: Any, producer: Producer) -> list[Candidate]:
+    """`x[:, None, :, 0]` for `x[:, :, 0]` broadcast to new axes of size one."""
+    found = [(code, operands) for code, operands in _squeeze(squeeze, producer) if "..." not in code]
+    if not found:
+        return []
+    code, operands = found[0]
+    items = code[len("_0[") : -1].split(", ")
+    items += [":"] * (operands[0].aval.ndim - len(items))
+    kept = set(eqn.params["broadcast_dimensions"])
+    woven: list[str] = []
+    axis = 0  # the next axis of the result
+    for item in items:
+        while item == ":" and axis not in kept and axis < eqn.outvars[0].aval.ndim:
+            woven.append("None")
+            axis += 1
+        woven.append(item)
+        axis += item == ":"
+    woven += ["None"] * (eqn.outvars[0].aval.ndim - axis)
+    while woven[-1] == ":":
+        woven.pop()
+    return [(f"_0[{', '.join(woven)}]", operands)]
 
 
 def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
@@ -256,140 +286,82 @@ def _unflattened_matmul(eqn: Any, dot: Any, producer: Producer) -> list[Candidat
     return [Candidate(reference, [a, b], "_0 @ _1", "matmul_unflattened")]
 
 
+_BINARY = {"add": "_0 + _1", "sub": "_0 - _1", "mul": "_0 * _1", "div": "_0 / _1", "and": "_0 & _1",
+           "or": "_0 | _1", "xor": "_0 ^ _1", "eq": "_0 == _1", "ne": "_0 != _1", "lt": "_0 < _1",
+           "le": "_0 <= _1", "gt": "_0 > _1", "ge": "_0 >= _1", "max": "jnp.maximum(_0, _1)",
+           "min": "jnp.minimum(_0, _1)"}
+
+
+def _promoted(eqn: Any, producer: Producer) -> list[Candidate]:
+    """'x * w' for a binary operator (or 'jnp.maximum', 'jnp.minimum') whose operand of lower rank
+    jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages."""
+    sources = []
+    for v in eqn.invars:
+        made = producer(v) if _is_traced(v) else None
+        broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
+        sources.append(made.invars[0] if broadcast and _is_traced(made.invars[0]) else None)
+    code = _BINARY[eqn.primitive.name]
+    tries = [[s if s is not None else v for s, v in zip(sources, eqn.invars)]] if all(sources) else []
+    for i, source in enumerate(sources):
+        if source is not None:
+            tries.append([source if i == j else v for j, v in enumerate(eqn.invars)])
+    return [(code, operands) for operands in tries]
+
+
+def _einsum(eqn: Any, producer: Producer) -> list[Candidate]:
+    """'jnp.einsum("ab,abc->ac", x, y)' for a 'dot_general' that is not a plain matmul (batch axes
+    elsewhere than in front, several contracted axes, an outer product), and with the
+    'transpose' of its result jnp adds when the output's axes come in another order."""
+    if eqn.primitive.name == "transpose":
+        dot = producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
+        if dot is None or dot.primitive.name != "dot_general":
+            return []
+        perm = tuple(eqn.params["permutation"])
+    else:
+        dot, perm = eqn, None
+    if matmul(dot, [ast.Name("_0", ast.Load()), ast.Name("_1", ast.Load())]) is not None:
+        return []  # `a @ b` says it (and `jnp.transpose(a @ b, ...)` what the torch code did)
+    p = dot.params
+    if p["precision"] is not None or p.get("out_sharding") is not None:
+        return []
+    (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
+    a, b = dot.invars
+    if a.aval.ndim + b.aval.ndim > len(_LETTERS):
+        return []
+    names_a = _LETTERS[: a.aval.ndim]
+    shared = dict(zip((*contract_b, *batch_b), (*contract_a, *batch_a)))
+    fresh = iter(_LETTERS[a.aval.ndim :])
+    names_b = [names_a[shared[d]] if d in shared else next(fresh) for d in range(b.aval.ndim)]
+    free_a = [n for d, n in enumerate(names_a) if d not in (*contract_a, *batch_a)]
+    free_b = [n for d, n in enumerate(names_b) if d not in (*contract_b, *batch_b)]
+    out = [names_a[d] for d in batch_a] + free_a + free_b
+    result = "".join(out[d] for d in perm) if perm is not None else "".join(out)
+    keywords = [""]
+    if p["preferred_element_type"] is not None and p["preferred_element_type"] != a.aval.dtype:
+        keywords.append(f", preferred_element_type=jnp.{np.dtype(p['preferred_element_type']).name}")
+    # (jnp contracts the second operand first, and transposes when it must)
+    orders = [(a, names_a, b, "".join(names_b))] + ([(b, "".join(names_b), a, names_a)] if perm else [])
+    specs = [(_relabel(f"{sx},{sy}->{result}"), x, y) for x, sx, y, sy in orders]
+    return [(f'jnp.einsum("{spec}", _0, _1{kws})', [x, y]) for spec, x, y in specs for kws in keywords]
+
+
+_LETTERS = string.ascii_lowercase
+
+
+def _relabel(spec: str) -> str:
+    """The spec with its letters renamed a, b, c, ... in order of first appearance."""
+    order = {c: None for c in spec if c.isalpha()}
+    return spec.translate(str.maketrans(dict(zip(order, _LETTERS))))
+
+
 PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
     "reshape": _reshape,
     **dict.fromkeys(_AT_METHODS, _scatter),
     "squeeze": _squeeze,
+    **dict.fromkeys(_BINARY, _promoted),
     "div": _div,
+    "dot_general": _einsum,
+    "transpose": _einsum,
 }
-
-
-# -- matching ----------------------------------------------------------------------------------------
-
-_NAMESPACE = {"jax": jax, "jnp": jnp, "lax": lax}
-
-
-@functools.lru_cache(maxsize=1024)
-def _stage(code: str, avals: tuple[tuple[tuple[int, ...], Any, bool], ...]) -> Any:
-    """The jaxpr `code` stages on operands of these types, or None when it does not trace."""
-    params = ", ".join(f"_{i}" for i in range(len(avals)))
-    fn = eval(f"lambda {params}: {code}", dict(_NAMESPACE))  # noqa: S307  (our own candidate code)
-    structs = [jax.ShapeDtypeStruct(shape, dtype, weak_type=weak) for shape, dtype, weak in avals]
-    try:
-        return jax.make_jaxpr(fn)(*structs).jaxpr
-    except Exception:  # the candidate does not apply to these operands
-        return None
-
-
-def _aval_key(var: Any) -> tuple[tuple[int, ...], Any, bool]:
-    return tuple(var.aval.shape), var.aval.dtype, bool(var.aval.weak_type)
-
-
-def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], operands: list[Any],
-          together: Callable[[int, int], bool]) -> set[int] | None:
-    """The equations (by index) ending in `eqns[terminal]` that `staged` is, wired the same way
-    with its inputs standing for `operands`; None when they differ anywhere."""
-    if staged.constvars or len(staged.outvars) != len(eqns[terminal].outvars):
-        return None
-    inputs = dict(zip(staged.invars, operands))
-    made_in = {v: e for e in staged.eqns for v in e.outvars}
-    mapping: dict[Any, Any] = {}
-    visited: dict[int, int] = {}
-
-    def same(sv: Any, ov: Any) -> bool:
-        if isinstance(sv, Literal) or isinstance(ov, Literal):
-            return isinstance(sv, Literal) and isinstance(ov, Literal) and same_literal(sv, ov)
-        if sv in inputs:
-            return inputs[sv] is ov
-        if sv in mapping:
-            return mapping[sv] is ov
-        mapping[sv] = ov
-        se, oi = made_in.get(sv), made_by.get(ov)
-        if se is None or oi is None:
-            return False
-        oe = eqns[oi]
-        if se.outvars.index(sv) != oe.outvars.index(ov):
-            return False
-        if id(se) in visited:
-            return visited[id(se)] == oi
-        visited[id(se)] = oi
-        if (
-            se.primitive != oe.primitive or len(se.invars) != len(oe.invars) or oe.effects
-            or not together(oi, terminal)
-            or [v.aval for v in se.outvars] != [v.aval for v in oe.outvars]
-            or not same_params(se.params, oe.params)
-        ):
-            return False
-        return all(same(x, y) for x, y in zip(se.invars, oe.invars))
-
-    if not all(same(s, o) for s, o in zip(staged.outvars, eqns[terminal].outvars)):
-        return None
-    if made_in.get(staged.outvars[0]) is None or visited.get(id(made_in[staged.outvars[0]])) != terminal:
-        return None
-    if len(visited) != len(staged.eqns):
-        return None
-    return set(visited.values())
-
-
-def fuse(
-    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True
-) -> list[Any]:
-    """`eqns` with each run an idiom writes replaced by one `idiom` equation (at the run's last
-    equation's place; the run's other equations are left for dead-code elimination)."""
-    made_by = {v: i for i, e in enumerate(eqns) for v in e.outvars if isinstance(v, Var)}
-    wanted = {v for v in outvars if isinstance(v, Var)}
-    alive = live(eqns, wanted)
-    uses: dict[Any, set[int]] = {}
-    for i, e in enumerate(eqns):
-        for v in e.invars if i in alive else ():
-            if isinstance(v, Var):
-                uses.setdefault(v, set()).add(i)
-
-    def producer(v: Any) -> Any:
-        i = made_by.get(v)
-        return eqns[i] if i is not None else None
-
-    runs: dict[int, tuple[Candidate, set[int]]] = {}
-    claimed: set[int] = set()
-    for i in range(len(eqns) - 1, -1, -1):
-        eqn = eqns[i]
-        pattern = PATTERNS.get(eqn.primitive.name)
-        if pattern is None or i in claimed or i not in alive or eqn.effects:
-            continue
-        for found in pattern(eqn, producer):
-            candidate = Candidate(*found)
-            if not all(isinstance(v, Var) for v in candidate.operands):
-                continue
-            operands = candidate.operands
-            staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
-            run = match(staged, i, eqns, made_by, operands, together) if staged is not None else None
-            if run is not None:  # runs may share values (one index wrap for two gathers)
-                runs[i] = (candidate, run)
-                claimed |= run
-                break
-    changed = True
-    while changed:  # a value made inside a run and read outside every run keeps the run apart
-        changed = False
-        inside = set().union(*(run for _, run in runs.values())) if runs else set()
-        for i, (_, run) in list(runs.items()):
-            made = {v for j in run - {i} for v in eqns[j].outvars}
-            if any(v in wanted or uses.get(v, set()) - inside for v in made):
-                del runs[i]
-                changed = True
-    fused = list(eqns)
-    for i, (candidate, _) in runs.items():
-        params = {"code": candidate.writes or candidate.code, "rewrite": candidate.rewrite}
-        fused[i] = eqns[i].replace(primitive=IDIOM, invars=list(candidate.operands), params=params)
-    return fused
-
-
-def live(eqns: list[Any], wanted: set[Any]) -> set[int]:
-    """The equations whose values reach `wanted` (or that have effects)."""
-    needed, found = set(wanted), set()
-    for i in range(len(eqns) - 1, -1, -1):
-        if eqns[i].effects or any(v in needed for v in eqns[i].outvars):
-            found.add(i)
-            needed.update(v for v in eqns[i].invars if isinstance(v, Var))
-    return found

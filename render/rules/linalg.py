@@ -30,35 +30,47 @@ rule = registrar(RULES)
 @rule("dot_general")
 def _dot_general(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     p = eqn.params
-    (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
-    a, b = eqn.invars
-    out_dtype = _dtype(eqn.outvars[0])
-    default = p["preferred_element_type"] is not None and np.dtype(p["preferred_element_type"]) == _dtype(a)
-    if (
-        p["precision"] is None and p.get("out_sharding") is None and _is_traced(a) and _is_traced(b)
-        and _promotes_to_itself(eqn)
-    ):
-        for flip_a, flip_b in ((False, False), (False, True), (True, False)):
-            shape_a, ca, ba = _transposed(a.aval.shape, contract_a, batch_a, flip_a)
-            shape_b, cb, bb = _transposed(b.aval.shape, contract_b, batch_b, flip_b)
-            if shape_a is None or shape_b is None or not _is_matmul(shape_a, shape_b, ca, cb, ba, bb):
-                continue
-            left, right = _flip(args[0], a, flip_a), _flip(args[1], b, flip_b)
-            if default and out_dtype == _dtype(a):
-                node: ast.expr = ast.BinOp(left, ast.MatMult(), right)
-            elif p["preferred_element_type"] is not None and _dtype(a) != np.bool_ and not (flip_a or flip_b):
-                # (bfloat16 accumulated in float32 through a transpose: not the same bits, so no rewrite)
-                keywords = [kw("preferred_element_type", p["preferred_element_type"])]
-                node = call("jnp.matmul", [left, right], keywords)
-            else:
-                break
-            return rewritten("matmul_transposed", node, emitter) if flip_a or flip_b else node
+    found = matmul(eqn, args)
+    if found is not None:
+        node, flipped = found
+        return rewritten("matmul_transposed", node, emitter) if flipped else node
     keywords = [kw("precision", p["precision"], emitter)] if p["precision"] is not None else []
     keywords.append(kw("preferred_element_type", p["preferred_element_type"]))
     if p.get("out_sharding") is not None:
         return exact(eqn, args, emitter)
+    (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
     numbers = literal(((tuple(contract_a), tuple(contract_b)), (tuple(batch_a), tuple(batch_b))))
     return call("lax.dot_general", [*args, numbers], keywords)
+
+
+def matmul(eqn: Any, args: list[ast.expr]) -> tuple[ast.expr, bool] | None:
+    """`a @ b` (or `jnp.matmul(a, b, preferred_element_type=...)`) for a `dot_general` that is a
+    plain matmul, perhaps of a transposed operand (then True: the rewrite `matmul_transposed`);
+    None when it is not one."""
+    p = eqn.params
+    (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
+    a, b = eqn.invars
+    out_dtype = _dtype(eqn.outvars[0])
+    default = p["preferred_element_type"] is not None and np.dtype(p["preferred_element_type"]) == _dtype(a)
+    if not (
+        p["precision"] is None and p.get("out_sharding") is None and _is_traced(a) and _is_traced(b)
+        and _promotes_to_itself(eqn)
+    ):
+        return None
+    for flip_a, flip_b in ((False, False), (False, True), (True, False)):
+        shape_a, ca, ba = _transposed(a.aval.shape, contract_a, batch_a, flip_a)
+        shape_b, cb, bb = _transposed(b.aval.shape, contract_b, batch_b, flip_b)
+        if shape_a is None or shape_b is None or not _is_matmul(shape_a, shape_b, ca, cb, ba, bb):
+            continue
+        left, right = _flip(args[0], a, flip_a), _flip(args[1], b, flip_b)
+        if default and out_dtype == _dtype(a):
+            return ast.BinOp(left, ast.MatMult(), right), flip_a or flip_b
+        if p["preferred_element_type"] is not None and _dtype(a) != np.bool_ and not (flip_a or flip_b):
+            # (bfloat16 accumulated in float32 through a transpose: not the same bits, so no rewrite)
+            keywords = [kw("preferred_element_type", p["preferred_element_type"])]
+            return call("jnp.matmul", [left, right], keywords), False
+        return None
+    return None
 
 
 def _transposed(shape: Sequence[int], contract: Sequence[int], batch: Sequence[int], flip: bool) -> tuple[

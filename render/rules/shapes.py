@@ -140,7 +140,10 @@ def _split(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 @rule("stack")
 def _stack(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    return call("lax.stack", [ast.List(list(args), ast.Load())], [kw("axis", eqn.params["axis"])])
+    # `jnp.stack` binds the one primitive when no operand needs converting (one dtype, one weak type).
+    exact_jnp = all(_is_traced(v) for v in eqn.invars) and _promotes_to_itself(eqn)
+    fn = "jnp.stack" if exact_jnp else "lax.stack"
+    return call(fn, [ast.List(list(args), ast.Load())], [kw("axis", eqn.params["axis"])])
 
 
 @rule("unstack")

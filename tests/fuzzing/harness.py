@@ -23,7 +23,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, DebugInfo, DropVar, Jaxpr, Literal, Var
 
 from jaxside.render.rules import Flat, atom_expr, fuse, render_eqn
-from jaxside.render.rules.idioms import live
+from jaxside.render.rules.fusing import live
 
 PRELUDE = "import jax\nimport jax.numpy as jnp\nfrom jax import lax\nimport numpy as np\n"
 

@@ -76,6 +76,21 @@ REGRESSIONS: dict[str, Program] = {
         "v2 = torch.softmax(v1, -1)",
         "v3 = v2.repeat_interleave(2, dim=1)",
     ),
+    "idiom_einsum": program(
+        [((2, 4, 3, 5), F32), ((2, 6, 3, 5), F32), ((4, 3), BF16), ((4, 3, 5), BF16)],
+        "v4 = torch.einsum('bqhd,bkhd->bhqk', v0, v1)",
+        "v5 = torch.einsum('bhqk,bkhd->bqhd', v4, v1)",
+        "v6 = torch.einsum('ijkl,ijkl->jl', v5, v0)",
+        "v7 = torch.einsum('te,ted->dt', v2, v3)",
+        "v8 = v6.sum() + v7.float().sum()",
+    ),
+    "idiom_rank_promotion_and_stack": program(
+        [((2, 3, 4, 8), F32), ((3, 4, 2), F32), ((8,), F32)],
+        "v3 = v0.reshape(2, 3, 4, 4, 2)",
+        "v4 = v1[:, None, :, 0]",
+        "v5 = torch.stack([v3[..., 0] * v4 - v3[..., 1], torch.maximum(v3[..., 1], v4)], dim=-1)",
+        "v6 = v5.flatten(-2) / v2 + (v2 > 0)",
+    ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(
         [((3, 4), I64), ((3, 4), BOOL)],

@@ -48,13 +48,11 @@ class MoE(nn.Module):
         #     .set(topk_w)
         # )
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)
-        # expert_out = lax.stack(
+        # expert_out = jnp.stack(
         #     [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
         # )
         out = torch.einsum("te,ted->td", weights, expert_out)
-        # out = lax.dot_general(
-        #     weights, expert_out, (((1,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32
-        # )
+        # out = jnp.einsum("ab,abc->ac", weights, expert_out)
         return out.reshape(x.shape)  # return jnp.reshape(out, (2, 6, 32))
 
 

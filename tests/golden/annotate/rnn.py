@@ -19,7 +19,7 @@ class ElmanCell(nn.Module):
     def forward(self, x_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         # jax: def elman_cell_forward(params, x_t, h)  ×5
         return torch.tanh(x_t @ self.weight_ih.T + h @ self.weight_hh.T + self.bias)
-        # bias = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"][None]  ×5
+        # bias = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"]  ×5
         # return jnp.tanh(bias)
 
 
@@ -37,9 +37,9 @@ class SequenceModel(nn.Module):
         for t in range(x.shape[1]):
             h = self.cell(x[:, t], h)  # h = elman_cell_forward(params["cell"], x_t, h)  ×5
             outputs.append(h)
-        hidden_states = torch.stack(outputs, dim=1)  # hidden_states = lax.stack(outputs, axis=1)
+        hidden_states = torch.stack(outputs, dim=1)  # hidden_states = jnp.stack(outputs, axis=1)
         return self.head(hidden_states)
-        # return hidden_states @ params["head"]["weight"].T + params["head"]["bias"][None, None]
+        # return hidden_states @ params["head"]["weight"].T + params["head"]["bias"]
 
 
 def example():

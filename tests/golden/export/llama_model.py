@@ -83,7 +83,7 @@ def rms_norm_forward(params, x):
 
     Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
     """
-    return rms_norm_norm(x) * params["weight"][None, None]
+    return rms_norm_norm(x) * params["weight"]
 
 
 def rms_norm_norm(x):
@@ -104,39 +104,39 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
     q = wqkv_x[:, :, :64]
     k = wqkv_x[:, :, 64:96]
     v = wqkv_x[:, :, 96:]
-    q = jnp.reshape(q, (bsz, seqlen, 4, 16))
-    k = jnp.reshape(k, (bsz, seqlen, 2, 16))
-    v = jnp.reshape(v, (bsz, seqlen, 2, 16))
-    q = apply_rotary_emb(q, freqs_cis)
-    k = apply_rotary_emb(k, freqs_cis)
-    q = jnp.transpose(q, (0, 2, 1, 3))
-    k = jnp.transpose(k, (0, 2, 1, 3))
-    v = jnp.transpose(v, (0, 2, 1, 3))
-    (k, v), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k, v)
-    k = jnp.repeat(k, 2, axis=1)
-    v = jnp.repeat(v, 2, axis=1)
+    q_1 = jnp.reshape(q, (bsz, seqlen, 4, 16))
+    k_1 = jnp.reshape(k, (bsz, seqlen, 2, 16))
+    v_1 = jnp.reshape(v, (bsz, seqlen, 2, 16))
+    q_2 = apply_rotary_emb(q_1, freqs_cis)
+    k_2 = apply_rotary_emb(k_1, freqs_cis)
+    q_3 = jnp.transpose(q_2, (0, 2, 1, 3))
+    k_3 = jnp.transpose(k_2, (0, 2, 1, 3))
+    v_2 = jnp.transpose(v_1, (0, 2, 1, 3))
+    (k_4, v_3), new_kv_cache_state = kv_cache_update(
+        state["kv_cache"], input_pos, k_3, v_2
+    )
+    k_5 = jnp.repeat(k_4, 2, axis=1)
+    v_4 = jnp.repeat(v_3, 2, axis=1)
     y = (
         jax.nn.softmax(
-            q @ k.mT * 0.25
+            q_3 @ k_5.mT * 0.25
             + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)),
             axis=3,
         )
-        @ v
+        @ v_4
     )
-    y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
-    return y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
+    y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
+    return y_1 @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
 
 
 def apply_rotary_emb(x, freqs_cis):
     """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
     pairs = jnp.reshape(x, (*x.shape[:3], 8, 2))
-    x_re = pairs[:, :, :, :, 0]
-    x_im = pairs[:, :, :, :, 1]
-    cos = freqs_cis[:, :, 0][:, None]
-    sin = freqs_cis[:, :, 1][:, None]
-    cos = cos[None]
-    sin = sin[None]
-    rotated = lax.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)
+    x_re = pairs[..., 0]
+    x_im = pairs[..., 1]
+    cos = freqs_cis[:, None, :, 0]
+    sin = freqs_cis[:, None, :, 1]
+    rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)
     return jnp.reshape(rotated, (*x.shape[:3], 16))
 
 

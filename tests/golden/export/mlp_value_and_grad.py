@@ -49,5 +49,5 @@ def mlp_loss(params, x, y):
 
 def mlp(params, x):
     """`mlp`, jax_programs.py:13."""
-    hidden = jnp.tanh(x @ params["w1"] + params["b1"][None])
-    return hidden @ params["w2"] + params["b2"][None], hidden, 1.0 - hidden
+    hidden = jnp.tanh(x @ params["w1"] + params["b1"])
+    return hidden @ params["w2"] + params["b2"], hidden, 1.0 - hidden

@@ -49,15 +49,10 @@ def forward(params, x):
         ]
         .set(topk_w)
     )
-    expert_out = lax.stack(
+    expert_out = jnp.stack(
         [expert_forward(expert, tokens) for expert in params["experts"]], axis=1
     )
-    out = lax.dot_general(
-        weights,
-        expert_out,
-        (((1,), (1,)), ((0,), (0,))),
-        preferred_element_type=jnp.float32,
-    )
+    out = jnp.einsum("ab,abc->ac", weights, expert_out)
     return jnp.reshape(out, (*x.shape[:2], 32))
 
 

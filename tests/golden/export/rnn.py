@@ -22,7 +22,6 @@ respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
 import jax.numpy as jnp
-from jax import lax
 
 
 def forward(params, x):
@@ -33,17 +32,13 @@ def forward(params, x):
         x_t = x[:, t]
         h = elman_cell_forward(params["cell"], x_t, h)
         outputs.append(h)
-    hidden_states = lax.stack(outputs, axis=1)
-    return (
-        hidden_states @ params["head"]["weight"].T + params["head"]["bias"][None, None]
-    )
+    hidden_states = jnp.stack(outputs, axis=1)
+    return hidden_states @ params["head"]["weight"].T + params["head"]["bias"]
 
 
 def elman_cell_forward(params, x_t, h):
     """`ElmanCell.forward`, rnn.py:19, for 5 calls of `cell`."""
-    bias = (
-        x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"][None]
-    )
+    bias = x_t @ params["weight_ih"].T + h @ params["weight_hh"].T + params["bias"]
     return jnp.tanh(bias)
 
 
