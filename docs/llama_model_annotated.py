@@ -158,41 +158,38 @@ class Attention(nn.Module):
         # q = wqkv_x[:, :, :64]
         # k = wqkv_x[:, :, 64:96]
         # v = wqkv_x[:, :, 96:]
-        q = q.view(bsz, seqlen, self.n_head, self.head_dim)
-        # q_1 = jnp.reshape(q, (1, 8, 4, 16))  ×2
+        q = q.view(bsz, seqlen, self.n_head, self.head_dim)  # q = jnp.reshape(q, (1, 8, 4, 16))  ×2
         k = k.view(bsz, seqlen, self.n_local_heads, self.head_dim)
-        # k_1 = jnp.reshape(k, (1, 8, 2, 16))  ×2
+        # k = jnp.reshape(k, (1, 8, 2, 16))  ×2
         v = v.view(bsz, seqlen, self.n_local_heads, self.head_dim)
-        # v_1 = jnp.reshape(v, (1, 8, 2, 16))  ×2
+        # v = jnp.reshape(v, (1, 8, 2, 16))  ×2
 
-        q = apply_rotary_emb(q, freqs_cis)  # q_2 = apply_rotary_emb(q_1, freqs_cis)  ×2
-        k = apply_rotary_emb(k, freqs_cis)  # k_2 = apply_rotary_emb(k_1, freqs_cis)  ×2
+        q = apply_rotary_emb(q, freqs_cis)  # q = apply_rotary_emb(q, freqs_cis)  ×2
+        k = apply_rotary_emb(k, freqs_cis)  # k = apply_rotary_emb(k, freqs_cis)  ×2
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        # q_3 = jnp.transpose(q_2, (0, 2, 1, 3))  ×2
-        # k_3 = jnp.transpose(k_2, (0, 2, 1, 3))
-        # v_2 = jnp.transpose(v_1, (0, 2, 1, 3))
+        # q = jnp.transpose(q, (0, 2, 1, 3))  ×2
+        # k = jnp.transpose(k, (0, 2, 1, 3))
+        # v = jnp.transpose(v, (0, 2, 1, 3))
 
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)
-            # (k_4, v_3), new_kv_cache_state = kv_cache_update(
-            #     state["kv_cache"], input_pos, k_3, v_2
-            # )  ×2
+            # (k, v), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k, v)  ×2
 
         groups = self.n_head // self.n_local_heads
-        k = k.repeat_interleave(groups, dim=1)  # k_5 = jnp.repeat(k_4, 2, axis=1)  ×2
-        v = v.repeat_interleave(groups, dim=1)  # v_4 = jnp.repeat(v_3, 2, axis=1)  ×2
+        k = k.repeat_interleave(groups, dim=1)  # k = jnp.repeat(k, 2, axis=1)  ×2
+        v = v.repeat_interleave(groups, dim=1)  # v = jnp.repeat(v, 2, axis=1)  ×2
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
         # y = (
         #     jax.nn.softmax(
-        #         q_3 @ k_5.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
+        #         q @ k.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
         #         axis=3,
         #     )
-        #     @ v_4
+        #     @ v
         # )  ×2
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
-        # y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
+        # y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
         return self.wo(y)
-        # return (y_1 @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state})  ×2
+        # return (y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state})  ×2
 
 
 class FeedForward(nn.Module):

@@ -19,11 +19,11 @@ class MLP(nn.Module):
         # h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
         h = self.norm(h + F.relu(self.fc2(h)))
         # relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
-        # h_1 = h + relu
-        # h_2 = (h_1 - jnp.mean(h_1, axis=1, keepdims=True)) * lax.rsqrt(
-        #     jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05
+        # h = h + relu
+        # h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
+        #     jnp.var(h, axis=1, keepdims=True, ddof=0) + 1e-05
         # ) * params["norm"]["weight"] + params["norm"]["bias"]
-        return self.head(h)  # return h_2 @ params["head"]["weight"].T + params["head"]["bias"]
+        return self.head(h)  # return h @ params["head"]["weight"].T + params["head"]["bias"]
 
 
 def example():

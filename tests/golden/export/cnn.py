@@ -5,9 +5,8 @@ Traced with x: float32[2,3,16,16]; non-tensor inputs are baked in as they were t
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `x.shape[0]`; `x.shape[2]`; `x.shape[3]`.
 
-Fixed sizes: `x.shape[1]` = 3: the torch code fails at x.shape[1] = 6
-(conv_general_dilated lhs feature dimension size divided by feature_group_count must
-equal the rhs in).
+Fixed sizes: `x.shape[1]` = 3: the torch code fails at x.shape[1] = 6 (3 is the size
+of a parameter, `conv1.weight.shape[1]`).
 
 Call it:
 
@@ -63,14 +62,14 @@ def forward(params, x):
     ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
         params["bn2"]["bias"], (1, 32, 1, 1)
     )
-    x_2 = lax.reduce_window(
+    x_1 = lax.reduce_window(
         jax.nn.relu(bn2),
         -jnp.inf,
         lax.max,
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.mean(x_2, axis=(3, 2), keepdims=True), (x.shape[0], 32))
+    features = jnp.reshape(jnp.mean(x_1, axis=(3, 2), keepdims=True), (x.shape[0], 32))
     return features @ params["fc"]["weight"].T + params["fc"]["bias"]
 
 

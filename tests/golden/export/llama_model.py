@@ -104,29 +104,27 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
     q = wqkv_x[:, :, :64]
     k = wqkv_x[:, :, 64:96]
     v = wqkv_x[:, :, 96:]
-    q_1 = jnp.reshape(q, (bsz, seqlen, 4, 16))
-    k_1 = jnp.reshape(k, (bsz, seqlen, 2, 16))
-    v_1 = jnp.reshape(v, (bsz, seqlen, 2, 16))
-    q_2 = apply_rotary_emb(q_1, freqs_cis)
-    k_2 = apply_rotary_emb(k_1, freqs_cis)
-    q_3 = jnp.transpose(q_2, (0, 2, 1, 3))
-    k_3 = jnp.transpose(k_2, (0, 2, 1, 3))
-    v_2 = jnp.transpose(v_1, (0, 2, 1, 3))
-    (k_4, v_3), new_kv_cache_state = kv_cache_update(
-        state["kv_cache"], input_pos, k_3, v_2
-    )
-    k_5 = jnp.repeat(k_4, 2, axis=1)
-    v_4 = jnp.repeat(v_3, 2, axis=1)
+    q = jnp.reshape(q, (bsz, seqlen, 4, 16))
+    k = jnp.reshape(k, (bsz, seqlen, 2, 16))
+    v = jnp.reshape(v, (bsz, seqlen, 2, 16))
+    q = apply_rotary_emb(q, freqs_cis)
+    k = apply_rotary_emb(k, freqs_cis)
+    q = jnp.transpose(q, (0, 2, 1, 3))
+    k = jnp.transpose(k, (0, 2, 1, 3))
+    v = jnp.transpose(v, (0, 2, 1, 3))
+    (k, v), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k, v)
+    k = jnp.repeat(k, 2, axis=1)
+    v = jnp.repeat(v, 2, axis=1)
     y = (
         jax.nn.softmax(
-            q_3 @ k_5.mT * 0.25
+            q @ k.mT * 0.25
             + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)),
             axis=3,
         )
-        @ v_4
+        @ v
     )
-    y_1 = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
-    return y_1 @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
+    y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
+    return y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
 
 
 def apply_rotary_emb(x, freqs_cis):

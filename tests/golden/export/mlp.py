@@ -5,8 +5,8 @@ Traced with x: float32[8,32]; non-tensor inputs are baked in as they were then.
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `x.shape[0]`.
 
-Fixed sizes: `x.shape[1]` = 32: the torch code fails at x.shape[1] = 64 (Size of
-label 'a' for operand 1 (64) does not match previous terms (32).).
+Fixed sizes: `x.shape[1]` = 32: the torch code fails at x.shape[1] = 64 (32 is the
+size of a parameter, `fc1.weight.shape[1]`).
 
 Call it:
 
@@ -30,11 +30,11 @@ def forward(params, x):
     fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"]
     h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
     relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
-    h_1 = h + relu
-    h_2 = (h_1 - jnp.mean(h_1, axis=1, keepdims=True)) * lax.rsqrt(
-        jnp.var(h_1, axis=1, keepdims=True, ddof=0) + 1e-05
+    h = h + relu
+    h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
+        jnp.var(h, axis=1, keepdims=True, ddof=0) + 1e-05
     ) * params["norm"]["weight"] + params["norm"]["bias"]
-    return h_2 @ params["head"]["weight"].T + params["head"]["bias"]
+    return h @ params["head"]["weight"].T + params["head"]["bias"]
 
 
 def load_params(model):
