@@ -79,9 +79,10 @@ def test_the_wheel_holds_the_packages_and_their_data(installed):
     assert len(where.stdout.split()) == len(packages) + 1
     for line in where.stdout.split():
         assert line.startswith(str(installed.parent)), line  # the venv's copy, not the checkout
+    environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     for generic in ("annotate", "tracing", "render"):  # taken by other distributions: not installed
         missing = subprocess.run([str(installed / "python"), "-c", f"import {generic}"], cwd=installed,
-                                 capture_output=True, text=True)
+                                 env=environment, capture_output=True, text=True)
         assert "ModuleNotFoundError" in missing.stderr, generic
 
 
