@@ -131,6 +131,40 @@ def assigned_name(site: Any) -> str | None:
     return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
 
 
+def loop_names(loop: ast.AST | None) -> tuple[str | None, str | None]:
+    """(index, element): the names torch's loop binds, `for i in range(n)` -> (`i`, None),
+    `for layer in self.layers` -> (None, `layer`), `for i, block in enumerate(self.h)` -> (`i`, `block`)."""
+    if isinstance(loop, ast.For):
+        target, iterable = loop.target, loop.iter
+    elif isinstance(loop, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
+        target, iterable = loop.generators[0].target, loop.generators[0].iter
+    else:
+        return None, None
+    func = iterable.func if isinstance(iterable, ast.Call) else None
+    called = func.id if isinstance(func, ast.Name) else None
+    if called == "enumerate" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+        index, element = (e.id if isinstance(e, ast.Name) else None for e in target.elts)
+        return index, element
+    if not isinstance(target, ast.Name):
+        return None, None
+    return (target.id, None) if called == "range" else (None, target.id)
+
+
+def zipped_names(loop: ast.AST | None) -> dict[str, str]:
+    """`for block, gate in zip(self.blocks, self.gates)` -> {"blocks": "block", "gates": "gate"}."""
+    if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Tuple):
+        return {}
+    iterable = loop.iter
+    func = iterable.func if isinstance(iterable, ast.Call) else None
+    if not (isinstance(func, ast.Name) and func.id == "zip"):
+        return {}
+    return {
+        argument.attr: target.id
+        for argument, target in zip(iterable.args, loop.target.elts)
+        if isinstance(argument, ast.Attribute) and isinstance(target, ast.Name)
+    }
+
+
 def within(site: Any, kinds: tuple[type, ...]) -> ast.AST | None:
     """The first node of `kinds` (in `ast.walk` order) whose span lies within `site`'s."""
     return next((n for n in _nodes(site, kinds) if contains(site_span(site), node_span(n))), None)

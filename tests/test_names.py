@@ -186,6 +186,46 @@ def test_exported_names_read_as_torch_wrote_them():
     ]
 
 
+class _Gated(torch.nn.Module):
+    """A loop over two lists, written with `enumerate` (`self.gates[i]`) or with `zip`."""
+
+    def __init__(self, zipped: bool) -> None:
+        super().__init__()
+        self.zipped = zipped
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(3)])
+        self.gates = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(8)) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.zipped:
+            for block, gate in zip(self.blocks, self.gates):
+                x = block(x) * gate
+            return x
+        for i, block in enumerate(self.blocks):
+            x = block(x) * self.gates[i]
+        return x
+
+
+@pytest.mark.parametrize("zipped, loop", [
+    (False, ['for i, block in enumerate(params["blocks"]):',
+             'x = block_forward(block, x) * params["gates"][i]']),
+    (True, ['for block, gate in zip(params["blocks"], params["gates"]):',
+            "x = block_forward(block, x) * gate"]),
+])
+def test_a_loop_over_two_lists_reads_as_the_torch_loop(zipped, loop):
+    """The call folded into an expression still anchors the loop; the lists are named (and the
+    second indexed) as torch's loop has them."""
+    torch.manual_seed(0)
+    model, x = _Gated(zipped).eval(), torch.randn(5, 8)
+    text = render_program(lower(capture(model, x)), source="test")
+    module = load_module(text)
+    got = jax.jit(module.forward)(module.load_params(model), jnp.asarray(x.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    lines = [line.strip() for line in text.splitlines()]
+    start = lines.index(loop[0])
+    assert lines[start : start + 3] == [*loop, "return x"]
+
+
 def _straight_line(source: str, params: list[str], scope: Scope) -> Function:
     """A def of one statement per line of `source`, each target named by `scope.fresh`."""
     body = []

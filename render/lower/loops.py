@@ -19,13 +19,14 @@ from jaxside.render.lower.context import Context
 from jaxside.tracing.trace import Site
 
 
-def reroll(low: Context, function: Function) -> None:
+def reroll(low: Context, function: Function, defs: frozenset[str] = frozenset()) -> None:
     """Roll runs of identical call statements (layer 0..N-1) back into loops, and lists of
-    identical calls (`[expert(x) for expert in experts]`) back into comprehensions."""
+    identical calls (`[expert(x) for expert in experts]`) back into comprehensions. A statement
+    that holds a call of one of `defs` inside it (`x = block_forward(...) * gates[0]`) counts."""
     body = function.body
     done = 0
     while True:
-        run = _find_run(body, done, function.returns)
+        run = _find_run(body, done, function.returns, defs)
         if run is None:
             break
         start, count, length, plan = run
@@ -37,21 +38,26 @@ def reroll(low: Context, function: Function) -> None:
     function.body = body
 
 
-def _calls_of(statement: Statement) -> str | None:
-    if statement.call is None or not isinstance(statement.value, ast.Call):
-        return None
-    func = statement.value.func
+def _calls_of(statement: Statement, defs: frozenset[str]) -> str | None:
+    if statement.call is not None and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+    else:  # a call folded into the statement's expression
+        inner = [n.func for n in ast.walk(statement.value) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id in defs]
+        if not inner:
+            return None
+        func = inner[0]
     site = statement.site
     where = (site.file, site.line, site.col) if site else None
     return repr((ast.dump(func), where))
 
 
 def _find_run(
-    body: list[Statement], done: int, returns: ast.expr | None
+    body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str]
 ) -> tuple[int, int, int, dict] | None:
     anchors: dict[str, list[int]] = {}
     for index in range(done, len(body)):
-        key = _calls_of(body[index])
+        key = _calls_of(body[index], defs)
         if key is not None:
             anchors.setdefault(key, []).append(index)
     for positions in sorted(anchors.values()):
@@ -88,14 +94,31 @@ def _make_loop(
     ints = _ints(module)
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, plan["progressions"]) if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
-    torch_index, torch_element = _loop_names(source)
+    torch_index, torch_element = torch_source.loop_names(source)
     lists: dict[str, tuple[ast.expr, str]] = {}
     by_list = all(
         v0 == 0 and step == 1 and _list_length(low, function, places, node) == count
         for node, v0, step in varying
     )
     header_target: ast.expr
-    if varying and by_list:
+    subscripted = [places[id(node)][0].value for node, _, _ in varying] if by_list else []  # type: ignore[attr-defined]
+    listed = {ast.dump(node) for node in subscripted}
+    zipped = torch_source.zipped_names(source)
+    if varying and by_list and torch_index and torch_element and len(listed) > 1:
+        # `for i, block in enumerate(self.blocks): ... self.gates[i]`: torch's own form.
+        main = _enumerated(source, subscripted)
+        index_name, element_name = scope.fresh(torch_index, "loop"), scope.fresh(torch_element, "loop")
+        for node, _, _ in varying:
+            parent, attr, index = places[id(node)]
+            if ast.dump(parent.value) == ast.dump(main):  # type: ignore[attr-defined]
+                grand, attr, index = places[id(parent)]
+                _replace(grand, attr, index, named(element_name))
+            else:
+                _replace(parent, attr, index, named(index_name))
+        pair = [named(index_name, ast.Store()), named(element_name, ast.Store())]
+        header_target = ast.Tuple(pair, ast.Store())
+        iterable = ast.Call(named("enumerate"), [copy.deepcopy(main)], [])
+    elif varying and by_list:
         for node, _, _ in varying:
             parent, _, _ = places[id(node)]
             key = ast.dump(parent.value)  # type: ignore[attr-defined]
@@ -103,6 +126,11 @@ def _make_loop(
                 root = _chain_root(parent.value)  # type: ignore[attr-defined]
                 element = torch_element or "item"
                 base = element if root == "params" else f"{element}_{root}"
+                keys = [k for k in _chain_keys(parent.value) if isinstance(k, str)]  # type: ignore[attr-defined]
+                if keys and keys[-1] in zipped:  # `for block, gate in zip(self.blocks, self.gates)`
+                    base = zipped[keys[-1]]
+                elif lists and keys and root == "params":  # another list beside the first (`block_gates`)
+                    base = f"{element}_{keys[-1]}"
                 lists[key] = (parent.value, scope.fresh(base, "loop"))  # type: ignore[attr-defined]
             grand, attr, index = places[id(parent)]
             _replace(grand, attr, index, named(lists[key][1]))
@@ -211,6 +239,19 @@ def _affine(index: str, start: int, step: int) -> ast.expr:
     )
 
 
+def _enumerated(loop: ast.AST | None, lists: list[ast.expr]) -> ast.expr:
+    """Of the lists a loop indexes, the one torch's `enumerate(self.blocks)` goes over: the list
+    whose last key is the attribute enumerated, else the first."""
+    iterable = loop.iter if isinstance(loop, ast.For) else None
+    argument = iterable.args[0] if isinstance(iterable, ast.Call) and iterable.args else None
+    attribute = argument.attr if isinstance(argument, ast.Attribute) else None
+    for node in lists:
+        keys = _chain_keys(node)
+        if keys and keys[-1] == attribute:
+            return node
+    return lists[0]
+
+
 def _chain_root(node: ast.expr) -> str | None:
     while isinstance(node, ast.Subscript):
         node = node.value
@@ -241,25 +282,6 @@ def _list_length(low: Context, function: Function, places: dict, node: ast.AST) 
     tree = low.param_tree if root == "params" else low.state_tree
     path = ".".join([function.anchor] * bool(function.anchor) + [str(k) for k in keys])
     return tree.lengths.get(path)
-
-
-def _loop_names(loop: ast.AST | None) -> tuple[str | None, str | None]:
-    """(index, element): the names torch's loop binds, `for i in range(n)` -> (`i`, None),
-    `for layer in self.layers` -> (None, `layer`), `for i, block in enumerate(self.h)` -> (`i`, `block`)."""
-    if isinstance(loop, ast.For):
-        target, iterable = loop.target, loop.iter
-    elif isinstance(loop, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
-        target, iterable = loop.generators[0].target, loop.generators[0].iter
-    else:
-        return None, None
-    func = iterable.func if isinstance(iterable, ast.Call) else None
-    called = func.id if isinstance(func, ast.Name) else None
-    if called == "enumerate" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
-        index, element = (e.id if isinstance(e, ast.Name) else None for e in target.elts)
-        return index, element
-    if not isinstance(target, ast.Name):
-        return None, None
-    return (target.id, None) if called == "range" else (None, target.id)
 
 
 def _collected_base(later: list[Statement], node: ast.AST, element: str) -> str:
@@ -325,7 +347,7 @@ def _comprehension(
     if not varying:
         return None
     comprehension = torch_source.within(site, torch_source.COMPREHENSIONS) if site else None
-    torch_index, target = _loop_names(comprehension)
+    torch_index, target = torch_source.loop_names(comprehension)
     count = len(elements)
     if all(
         v0 == 0 and step == 1 and _list_length(low, function, places, node) == count

@@ -76,8 +76,9 @@ def _lower(trace: Trace) -> Program:
         function = node.group.function if node.group else None
         if function is not None and function not in functions:
             functions.append(function)
+    defs = frozenset(f.name for f in functions)
     for function in functions:
-        reroll(ctx, function)
+        reroll(ctx, function, defs)
         function.doc = _docstring(function)
     entry = root.group.function
     arg_names = entry.params[int(entry.uses_params) + int(entry.uses_state) :]
