@@ -19,6 +19,8 @@ $(VENV)/.installed: pyproject.toml
 	# torch 2.13.0 is pinned: here it is a local CPU wheel; any other version pulls GBs of CUDA.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
+	# timm for tests/test_instances.py (resnet18's blocks); without its torch/torchvision deps.
+	$(PY) -m pip install --quiet --no-deps 'timm>=1.0,<2'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -38,6 +40,7 @@ $(VENV312)/.installed: pyproject.toml
 	$(VENV312)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV312)/bin/python -m pip install --quiet torch==2.13.0
 	$(VENV312)/bin/python -m pip install --quiet -e '.[test]'
+	$(VENV312)/bin/python -m pip install --quiet --no-deps 'timm>=1.0,<2'
 	touch $@
 
 test-3.12: browser

@@ -88,7 +88,8 @@ def test_a_config_equal_in_every_call_stays_a_number():
     assert_equals_torch(module, program, model, torch.randn(1, 3, 16, 16))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="timm is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("timm") is None,
+                    reason="TIMM RESNET18 DID NOT RUN: timm is not installed (make setup installs it)")
 def test_timm_resnet18_has_one_def_per_kind_of_block():
     if str(Path(__file__).resolve().parents[1]) not in sys.path:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
