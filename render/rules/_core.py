@@ -46,6 +46,10 @@ REWRITES: dict[str, str] = {
         "`x` for integer `x + 0` and for float `x + (-0.0)` (the additive identity of IEEE floats; "
         "float `x + 0.0` stays, it turns -0.0 into 0.0)"
     ),
+    "logical_identity": (
+        "`x` for boolean `x & True` and `x | False` (attention masks start from `True & ...`): "
+        "and with true and or with false return every boolean unchanged"
+    ),
 }
 
 

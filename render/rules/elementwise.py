@@ -123,7 +123,7 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     params = {k: v for k, v in eqn.params.items() if v is not None}
     identity = _identity_operand(eqn)
     if identity is not None and not params:
-        return rewritten("times_one" if name == "mul" else "plus_zero", args[identity], emitter)
+        return rewritten(_IDENTITY_REWRITES[name], args[identity], emitter)
     left, right = loose(eqn, args, 0), loose(eqn, args, 1)
     if name in _COMPARISONS and isinstance(a, Literal):
         # A Python number on the left flips the comparison (`2.0 < x` runs `x > 2.0`): type it.
@@ -136,19 +136,31 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     return ast.BinOp(left, _OPERATORS[name], right)
 
 
+_IDENTITY_REWRITES = {
+    "mul": "times_one", "add": "plus_zero", "and": "logical_identity", "or": "logical_identity",
+}
+
+
 def _identity_operand(eqn: Any) -> int | None:
-    """The operand `x` of `x * 1`, `1 * x`, integer `x + 0` or float `x + (-0.0)`, when the result
-    is `x` itself (same type, weak type included): its index; else None."""
+    """The operand `x` of `x * 1`, `1 * x`, integer `x + 0`, float `x + (-0.0)`, boolean
+    `x & True` or `x | False`, when the result is `x` itself (same type, weak type included): its
+    index; else None."""
     name = eqn.primitive.name
-    if name not in ("mul", "add"):
+    if name not in _IDENTITY_REWRITES:
         return None
     for i, j in ((0, 1), (1, 0)):
         x, other = eqn.invars[i], eqn.invars[j]
         if not _is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
             continue
-        if x.aval != eqn.outvars[0].aval or not (_is_real(x) and _is_real(other)):
+        if x.aval != eqn.outvars[0].aval:
             continue
         value = np.asarray(other.val)
+        if name in ("and", "or"):
+            if _dtype(x) == np.bool_ and value.dtype == np.bool_ and bool(value) == (name == "and"):
+                return i
+            continue
+        if not (_is_real(x) and _is_real(other)):
+            continue
         if name == "mul" and value == 1:
             return i
         integer = jnp.issubdtype(_dtype(x), jnp.integer)

@@ -65,6 +65,12 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: lax.add(x, -0.0), (_s((4, 8)),)),
         (lambda x: lax.add(x, jnp.bfloat16(-0.0)), (_s((4, 8), jnp.bfloat16),)),
     ],
+    "logical_identity": [
+        (lambda x: lax.bitwise_and(x, True), (_s((4, 8), jnp.bool_),)),
+        (lambda x: lax.bitwise_and(True, x), (_s((4, 8), jnp.bool_),)),
+        (lambda x: lax.bitwise_or(x, False), (_s((4, 8), jnp.bool_),)),
+        (lambda x: True & (x > 0), (_s((4, 8)),)),
+    ],
 }
 
 
