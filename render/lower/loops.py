@@ -19,7 +19,7 @@ from jaxside.render.lower.context import Context
 from jaxside.tracing.trace import Site
 
 
-def reroll(low: Context, function: Function, defs: frozenset[str] = frozenset()) -> None:
+def reroll(low: Context, function: Function, defs: frozenset[str]) -> None:
     """Roll runs of identical call statements (layer 0..N-1) back into loops, and lists of
     identical calls (`[expert(x) for expert in experts]`) back into comprehensions. A statement
     that holds a call of one of `defs` inside it (`x = block_forward(...) * gates[0]`) counts."""
