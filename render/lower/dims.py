@@ -415,7 +415,7 @@ def _dim_of(value: ast.expr) -> Atom | None:
 def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]]) -> None:
     """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
     size, and for each one called at another size than the first of its tied set."""
-    checks = [(d, ast.Constant(d.size), f"{d} is fixed at {d.size}") for d in fixed]
+    checks = [(d, ast.Constant(d.size), f"{d} is fixed at {d.size} (the docstring says why)") for d in fixed]
     for dims in tied:
         first = _dim_expr(program.entry, dims[0])
         if first is not None:
@@ -425,7 +425,7 @@ def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]]) -> None:
         shape = _dim_expr(program.entry, d)
         if shape is not None:
             test = ast.Compare(shape, [ast.NotEq()], [expected])
-            guards.append(Guard([], test, [], None, message=f"{message} (see the docstring)"))
+            guards.append(Guard([], test, [], None, message=message))
     program.entry.body[:0] = guards
 
 

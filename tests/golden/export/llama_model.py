@@ -40,9 +40,7 @@ STATE_BUFFERS = (
 def forward(params, state, idx, input_pos):
     """`Transformer.forward`, llama_model.py:90."""
     if input_pos.shape[0] != idx.shape[1]:
-        raise ValueError(
-            "input_pos.shape[0] must equal idx.shape[1] (see the docstring)"
-        )
+        raise ValueError("input_pos.shape[0] must equal idx.shape[1]")
     freqs_cis = params["freqs_cis"][input_pos]
     mask = params["causal_mask"][None, None, input_pos]
     x = jnp.take(params["tok_embeddings"]["weight"], idx, axis=0)

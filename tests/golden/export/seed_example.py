@@ -21,17 +21,11 @@ import jax.numpy as jnp
 def my_mathy_thing(weight, hidden):
     """`my_mathy_thing`, seed_example.py:6."""
     if weight.shape[1] != weight.shape[0]:
-        raise ValueError(
-            "weight.shape[1] must equal weight.shape[0] (see the docstring)"
-        )
+        raise ValueError("weight.shape[1] must equal weight.shape[0]")
     if hidden.shape[0] != weight.shape[0]:
-        raise ValueError(
-            "hidden.shape[0] must equal weight.shape[0] (see the docstring)"
-        )
+        raise ValueError("hidden.shape[0] must equal weight.shape[0]")
     if hidden.shape[1] != weight.shape[0]:
-        raise ValueError(
-            "hidden.shape[1] must equal weight.shape[0] (see the docstring)"
-        )
+        raise ValueError("hidden.shape[1] must equal weight.shape[0]")
     activation = weight @ hidden
     output = jnp.sin(activation) + other_math(weight, hidden)
     return output + hidden
