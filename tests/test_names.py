@@ -226,6 +226,43 @@ def test_a_loop_over_two_lists_reads_as_the_torch_loop(zipped, loop):
     assert lines[start : start + 3] == [*loop, "return x"]
 
 
+class _Rotary(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = x * 0.5
+        cos = angles.cos()
+        sin = angles.sin()
+        return cos, sin
+
+
+class _UsesPair(torch.nn.Module):
+    """HF style: the tuple a submodule returns is passed on whole, under a name for the pair."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rotary = _Rotary()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        position_embeddings = self.rotary(x)
+        return _rotate(x, position_embeddings)
+
+
+def _rotate(x: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    cos, sin = position_embeddings
+    return x * cos - x.flip(-1) * sin
+
+
+def test_the_items_of_a_returned_tuple_take_the_names_it_was_returned_by():
+    torch.manual_seed(0)
+    model, x = _UsesPair().eval(), torch.randn(3, 4)
+    text = render_program(lower(capture(model, x)), source="test")
+    module = load_module(text)
+    got = jax.jit(module.forward)(jnp.asarray(x.numpy()))  # no weights: no params
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    lines = [line.strip() for line in text.splitlines()]
+    assert "cos, sin = rotary_forward(x)" in lines, text
+
+
 def _straight_line(source: str, params: list[str], scope: Scope) -> Function:
     """A def of one statement per line of `source`, each target named by `scope.fresh`."""
     body = []

@@ -230,6 +230,7 @@ class CallDef(Body):
         operand: ast.expr | None = None,
         *,
         made_in_call: bool = False,
+        returned_as: str | None = None,
     ) -> str:
         local = self.tree.local_name(self.node, v)
         if local:
@@ -238,6 +239,8 @@ class CallDef(Body):
             return self.scope.fresh(self._gradient_base(v, site), "gradient")
         if v in self.ctx.trace.derivatives:
             return self.scope.fresh(self._derivative_base(v, site), "gradient")
+        if returned_as:  # `cos, sin = rotary_emb(...)`: an item of a tuple the callee returns by name
+            return self.scope.fresh(returned_as, "local")
         if made_in_call:
             # A value a callee made and the caller needs (a forward residual): the callee's name for it.
             origin = self.ctx.trace.origin(v)
@@ -364,11 +367,12 @@ class CallDef(Body):
         paths = [p for p, _ in returned]
         if paths == [""] or paths == [f"[{i}]" for i in range(len(paths))]:
             names = []
-            for _, v in returned:
+            callee = _returned_names(child.group.function if child.group else None, len(paths))
+            for k, (_, v) in enumerate(returned):
                 if v in self.env or not self.uses[v]:
                     names.append("_")
                     continue
-                name = self._target(v, self.site, "value")
+                name = self._target(v, self.site, "value", returned_as=callee[k])
                 self.env[v] = named(name)
                 names.append(name)
             flat += [n for n in names if n != "_"]
@@ -422,6 +426,17 @@ class CallDef(Body):
             else:
                 entries[relative(path, anchor)] = self.expr(low.state_final[path])
         return nested_dict(entries, low.state_tree, anchor)
+
+
+def _returned_names(function: Function | None, count: int) -> list[str | None]:
+    """The names a callee returns a tuple of (`return cos, sin`), one per item, None where an
+    item is no plain name; all None for a callee that returns one value."""
+    returns = function.returns if function is not None and count > 1 else None
+    if returns is not None and (function.state_out or function.out_slots):
+        returns = returns.elts[0] if isinstance(returns, ast.Tuple) else None  # then its state, extras
+    if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:
+        return [None] * count
+    return [re.sub(r"_\d+$", "", e.id) if isinstance(e, ast.Name) else None for e in returns.elts]
 
 
 def _state_base(child: Node, node: Node) -> str:
