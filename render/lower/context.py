@@ -52,7 +52,8 @@ class Context:
         ]
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
         # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call.
-        self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j])
+        self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j],
+                         lambda i: trace.eqn_sites[i])
         self.live = live_eqns(self.eqns, outvars, self.alias)
         self.uses: dict[Any, list[int]] = {}
         for i in sorted(self.live):

@@ -87,11 +87,16 @@ def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
 
 
 def fuse(
-    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True
+    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True,
+    site: Callable[[int], Any] = lambda i: None,
 ) -> list[Any]:
     """`eqns` with each run an idiom writes replaced by one `idiom` equation, at the place of the
     first equation making one of its outputs (the run's last, for one output).  The run's other
-    equations are left for dead-code elimination: those making another output drop it."""
+    equations are left for dead-code elimination: those making another output drop it.
+
+    `together(i, j)`: whether equations `i` and `j` may be one run (the lowering: of one call);
+    `site(i)`: the source expression equation `i` came from.  The outputs of an idiom with
+    several must come from one (`q, k, v = x.split(...)`: two torch lines stay two statements)."""
     made_by = {v: i for i, e in enumerate(eqns) for v in e.outvars if isinstance(v, Var)}
     wanted = {v for v in outvars if isinstance(v, Var)}
     alive = live(eqns, wanted)
@@ -120,6 +125,8 @@ def fuse(
             first = min(made_by[v] for v in outputs)
             if not all(isinstance(v, Var) and made_by.get(v, -1) < first for v in operands):
                 continue  # (the idiom, at `first`, reads its operands there)
+            if len({site(made_by[v]) for v in outputs}) > 1:
+                continue
             staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
             run = match(staged, i, eqns, made_by, operands, outputs, together) if staged is not None else None
             if run is not None:  # runs may share values (one index wrap for two gathers)
