@@ -12,10 +12,17 @@ equations it stages must be the run's equations, the same primitives with the sa
 the same way.  So an idiom computes what the run computed, equation for equation; the values
 the run made on the way (the wrapped index) must be used by nothing else.
 
-**To add an idiom**: write a function `(eqn, producer) -> [(code, operands), ...]` proposing
-candidate expressions over `_0`, `_1`, ... for runs ending in `eqn`, and register it in
-`PATTERNS` under the primitive that ends the run; `tests/test_ops.py` and the fuzzer prove
-every fused program the same way as single equations.
+An idiom may have several results: `q, k, v = x.split([64, 32, 32], -1)` stages three slices,
+written `q, k, v = jnp.split(x, [64, 96], axis=2)`; the candidate names the values its results
+stand for (`Candidate.outputs`) and its code is a sequence.  When the expression written is not
+the one that stages the run (a `split` primitive, not three slices), the candidate traces a
+reference (`code`) and writes another (`writes`), a rewrite of `REWRITES` proven bitwise.
+
+**To add an idiom**: write a function `(eqn, graph) -> [(code, operands), ...]` (or `Candidate`s)
+proposing candidate expressions over `_0`, `_1`, ... for runs ending in `eqn`, reading the program
+around it through `graph` (who made a value, who reads it), and register it in `PATTERNS` under
+the primitive that ends the run; `tests/test_ops.py` and the fuzzer prove every fused program the
+same way as single equations.
 """
 
 from __future__ import annotations
@@ -307,7 +314,9 @@ _BINARY = {"add": "_0 + _1", "sub": "_0 - _1", "mul": "_0 * _1", "div": "_0 / _1
 
 def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
     """'x * w' for a binary operator (or 'jnp.maximum', 'jnp.minimum') whose operand of lower rank
-    jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages."""
+    jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages.
+    And 'x - v[:, None, None]' for an operand reshaped from '(16,)' to '(1, 16, 1, 1)' beside one
+    of full rank (the rewrite 'unit_axes')."""
     sources = []
     for v in eqn.invars:
         made = graph.producer(v) if _is_traced(v) else None
