@@ -214,7 +214,8 @@ def test_the_parts_of_one_split_come_from_one_torch_expression() -> None:
     the outputs of an idiom with several only when `site` gives them one source expression."""
     closed = jax.make_jaxpr(lambda x: (x[:, :2], x[:, 2:]))(_struct((3, 4)))
     eqns, outvars = list(closed.jaxpr.eqns), list(closed.jaxpr.outvars)
-    assert [e.primitive.name for e in fuse(eqns, outvars, site=lambda i: "x.split(2, 1)")] == ["idiom", "slice"]
+    one_line = fuse(eqns, outvars, site=lambda i: "x.split(2, 1)")
+    assert [e.primitive.name for e in one_line] == ["idiom", "slice"]
     assert [e.primitive.name for e in fuse(eqns, outvars, site=lambda i: f"line {i}")] == ["slice", "slice"]
 
 
