@@ -185,14 +185,16 @@ def test_idioms_write_what_the_torch_code_wrote() -> None:
 
 
 def test_split_parts_and_unit_axes_read_as_the_torch_code_wrote() -> None:
-    """torch.split and torch.chunk as one `jnp.split`, each part named; BatchNorm's statistics as
-    `v[:, None, None]` beside the activations (rank promotion adds the leading axis) and as
-    `v[None, :, None, None]` alone.  Both are rewrites (`split_slices`, `unit_axes`): held to the bits."""
+    """torch.split and torch.chunk as one `jnp.split`, torch.unbind as one `jnp.unstack`, each part
+    named; BatchNorm's statistics as `v[:, None, None]` beside the activations (rank promotion adds
+    the leading axis) and as `v[None, :, None, None]` alone.  All are rewrites (`split_slices`,
+    `unstack_parts`, `unit_axes`): held to the bits."""
     source = roundtrip(REGRESSIONS["idiom_split_and_unit_axes"]).source
     for expected in ("v3, v4, v5 = jnp.split(a0, [4, 6], axis=2)", "v6, v7 = jnp.split(v3, 2, axis=0)",
-                     "v12 - a1[:, None, None]", "v10[None, :, None, None]"):
+                     "v12 - a1[:, None, None]", "v10[None, :, None, None]",
+                     "v20, v21, v22 = jnp.unstack(v5, axis=1)"):
         assert expected in source, source
-    assert "jnp.reshape" not in source and ":4]" not in source, source
+    assert "jnp.reshape" not in source and ":4]" not in source and "squeeze" not in source, source
 
 
 @pytest.mark.parametrize(("parts", "split"), [

@@ -55,6 +55,10 @@ REWRITES: dict[str, str] = {
         "and `torch.chunk` (contiguous, stride one, together the whole axis): jnp binds one `split`, "
         "which copies the same elements into the same parts"
     ),
+    "unstack_parts": (
+        "`r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's `split` into parts of one, each "
+        "squeezed: jnp binds one `unstack`, which copies the same elements into the same parts"
+    ),
     "unit_axes": (
         "`v[None, :, None, None]` for a reshape that only inserts axes of size one (`v[:, None, None]` "
         "beside an operand of full rank, whose rank promotion adds the leading ones): jnp binds a "

@@ -38,7 +38,7 @@ from jax.extend.core import Literal, Primitive
 from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
 from jaxside.render.rules.emitter import Emitter
 from jaxside.render.rules.linalg import matmul
-from jaxside.render.rules.shapes import inserted_axes, new_axes
+from jaxside.render.rules.shapes import inserted_axes, new_axes, split_parts
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -187,9 +187,12 @@ def _update_values(updates: Any, graph: Graph) -> Iterator[Any]:
 
 def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x[:, :, 0]` (`x[..., 0]` for the last axis) for the slice and squeeze jnp stages for an
-    integer index."""
+    integer index.  And `r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's split into parts of
+    one, each squeezed (the rewrite `unstack_parts`)."""
     (sliced,) = eqn.invars
     source = graph.producer(sliced) if _is_traced(sliced) else None
+    if source is not None and source.primitive.name == "split":
+        return _unstack(eqn, source, graph)
     dims = tuple(eqn.params["dimensions"])
     if source is None or source.primitive.name != "slice" or len(dims) != 1:
         return []
@@ -208,6 +211,22 @@ def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
     if len(items) > 2 and all(item == ":" for item in items[:-1]):
         candidates.insert(0, (f"_0[..., {items[-1]}]", [x]))
     return candidates
+
+
+def _unstack(eqn: Any, split: Any, graph: Graph) -> list[Candidate]:
+    axis, n = split.params["axis"], len(split.params["sizes"])
+    if set(split.params["sizes"]) != {1} or n < 2 or tuple(eqn.params["dimensions"]) != (axis,):
+        return []
+    outputs = []
+    for part in split.outvars:
+        users = graph.users(part)
+        squeezed = len(users) == 1 and users[0].primitive.name == "squeeze"
+        if not squeezed or tuple(users[0].params["dimensions"]) != (axis,):
+            return []
+        outputs.append(users[0].outvars[0])
+    reference = f"tuple(jnp.squeeze(p, axis={axis}) for p in jnp.split(_0, {n}, axis={axis}))"
+    writes = f"jnp.unstack(_0, axis={axis})"
+    return [Candidate(reference, [split.invars[0]], writes, "unstack_parts", outputs)]
 
 
 def _axis(axes: tuple[int, ...]) -> str:
@@ -381,9 +400,8 @@ def _split(eqn: Any, graph: Graph) -> list[Candidate]:
     for start, limit, _ in pieces:
         items[axis] = f"{start}:{limit}"
         parts.append(f"_0[{', '.join(items)}]")
-    sizes = {limit - start for start, limit, _ in pieces}
-    at = str(len(pieces)) if len(sizes) == 1 else str(bounds[1:-1])
-    writes = f"jnp.split(_0, {at}, axis={axis})"
+    sizes = tuple(limit - start for start, limit, _ in pieces)
+    writes = ast.unparse(split_parts(ast.Name("_0"), sizes, axis))
     return [Candidate(f"({', '.join(parts)},)", [x], writes, "split_slices", [v for _, _, v in pieces])]
 
 

@@ -149,11 +149,18 @@ def _concatenate(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 @rule("split")
 def _split(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    sizes = literal(tuple(eqn.params["sizes"]))
-    parts = call("lax.split", [args[0], sizes], [kw("axis", eqn.params["axis"])])
+    parts = split_parts(args[0], tuple(eqn.params["sizes"]), eqn.params["axis"])
     if len(eqn.outvars) == 1:
         return ast.Subscript(parts, ast.Constant(0), ast.Load())
     return parts
+
+
+def split_parts(x: ast.expr, sizes: tuple[int, ...], axis: int) -> ast.expr:
+    """`jnp.split(x, 3, axis=2)` for equal parts, else `jnp.split(x, [64, 96], axis=2)` (where
+    each part but the last ends): one `split` of these sizes."""
+    ends = [int(n) for n in np.cumsum(sizes)[:-1]]
+    at = _number(len(sizes)) if len(set(sizes)) == 1 else literal(ends)
+    return call("jnp.split", [x, at], [kw("axis", axis)])
 
 
 @rule("stack")

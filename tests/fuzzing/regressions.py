@@ -96,7 +96,8 @@ REGRESSIONS: dict[str, Program] = {
         "v3, v4, v5 = v0.split([4, 2, 2], dim=-1)",
         "v6, v7 = torch.chunk(v3, 2, dim=0)",
         "v8 = F.batch_norm(v4[..., None], v1, v2.abs() + 0.5, v1, v2, training=False)",
-        "v9 = v6 * v7 + v8.sum() + v5.mean()",
+        "v9, v10, v11 = v5.unbind(1)",
+        "v12 = v6 * v7 + v8.sum() + (v9 * v10 - v11).mean()",
     ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(

@@ -77,6 +77,12 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: (x[:, :3], x[:, 3:]), (_s((4, 5), jnp.bfloat16),)),
         (lambda x: (x[..., :1], x[..., 1:]), (_s((3, 2, 2), jnp.int32),)),
     ],
+    "unstack_parts": [  # torch.unbind: a split into parts of one, each squeezed
+        (lambda x: tuple(jnp.squeeze(p, axis=1) for p in jnp.split(x, 3, axis=1)), (_s((4, 3, 5)),)),
+        (lambda x: tuple(jnp.squeeze(p, axis=0) for p in jnp.split(x, 2, axis=0)),
+         (_s((2, 9), jnp.int32),)),
+        (lambda x: tuple(jnp.squeeze(p, axis=2) for p in jnp.split(x, 4, axis=2)), (_s((3, 5, 4)),)),
+    ],
     "unit_axes": [
         (lambda v: jnp.reshape(v, (1, 16, 1, 1)), (_s((16,)),)),  # BatchNorm's statistics
         (lambda x, v: x - jnp.reshape(v, (1, 16, 1, 1)), (_s((2, 16, 3, 3)), _s((16,)))),
