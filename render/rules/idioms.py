@@ -363,8 +363,10 @@ def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
         kept = inserted_axes(tuple(source.aval.shape), sizes) if _is_traced(source) else None
         full = _is_traced(partner) and partner is not v and partner.aval.ndim == rank == len(sizes)
         users = graph.users(v)
-        if kept is None or not full or len(users) != 1 or users[0] is not eqn or (kept and kept[0] == 0):
-            continue  # (nothing in front to leave to rank promotion: the `reshape` rule writes it)
+        if kept is None or not full or len(users) != 1 or users[0] is not eqn:
+            continue
+        if kept and kept[0] == 0:
+            continue  # no new axis in front to leave to rank promotion: the `reshape` rule says it
         lead = kept[0] if kept else len(sizes)
         written = f"_{k}"  # (a scalar's new axes: all in front)
         if kept:
