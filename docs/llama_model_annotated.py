@@ -154,10 +154,7 @@ class Attention(nn.Module):
         # jax: def attention_forward(params, state, x, freqs_cis, mask, input_pos)  ×2
         bsz, seqlen, _ = x.shape
         q, k, v = self.wqkv(x).split(self.split_sizes, dim=-1)
-        # wqkv_x = x @ params["wqkv"]["weight"].T  ×2
-        # q = wqkv_x[:, :, :64]
-        # k = wqkv_x[:, :, 64:96]
-        # v = wqkv_x[:, :, 96:]
+        # q, k, v = jnp.split(x @ params["wqkv"]["weight"].T, [64, 96], axis=2)  ×2
         q = q.view(bsz, seqlen, self.n_head, self.head_dim)  # q = jnp.reshape(q, (1, 8, 4, 16))  ×2
         k = k.view(bsz, seqlen, self.n_local_heads, self.head_dim)
         # k = jnp.reshape(k, (1, 8, 2, 16))  ×2

@@ -110,8 +110,12 @@ def _live(jaxpr: Any) -> list[Any]:
 
 
 # What `render.rules.REWRITES` may change (same bits under jit): `x @ w.T` adds a transpose, `x * 1`
-# and integer `x + 0` lose their equation, torchax's flattened matmul its reshapes.
-REWRITTEN = {"added": {"transpose"}, "dropped": {"mul", "add", "reshape"}}
+# and integer `x + 0` lose their equation, torchax's flattened matmul its reshapes, a reshape that
+# only adds unit axes becomes a broadcast (`v[:, None, None]`), torch.split's slices one split.
+REWRITTEN = {
+    "added": {"transpose", "broadcast_in_dim", "split"},
+    "dropped": {"mul", "add", "reshape", "slice"},
+}
 
 
 def assert_same_structure(exported: Exported, *args: Any) -> None:

@@ -35,7 +35,7 @@ from fuzzing.roundtrip import roundtrip
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
-from jaxside.render.rules import REWRITES, RULES, Flat, render_eqn
+from jaxside.render.rules import REWRITES, RULES, Flat, fuse, render_eqn
 from jaxside.tracing import capture
 
 _SEEN = Seen()
@@ -182,6 +182,43 @@ def test_idioms_write_what_the_torch_code_wrote() -> None:
     for expected in ("v3[..., 0]", "a1[:, None, :, 0]", "v9 * v10", "jnp.maximum(v19, v20)", "jnp.stack(",
                      "v23 / a2"):
         assert expected in forms, forms
+
+
+def test_split_parts_and_unit_axes_read_as_the_torch_code_wrote() -> None:
+    """torch.split and torch.chunk as one `jnp.split`, torch.unbind as one `jnp.unstack`, each part
+    named; BatchNorm's statistics as `v[:, None, None]` beside the activations (rank promotion adds
+    the leading axis) and as `v[None, :, None, None]` alone.  All are rewrites (`split_slices`,
+    `unstack_parts`, `unit_axes`): held to the bits."""
+    source = roundtrip(REGRESSIONS["idiom_split_and_unit_axes"]).source
+    for expected in ("v3, v4, v5 = jnp.split(a0, [4, 6], axis=2)", "v6, v7 = jnp.split(v3, 2, axis=0)",
+                     "v12 - a1[:, None, None]", "v10[None, :, None, None]",
+                     "v20, v21, v22 = jnp.unstack(v5, axis=1)"):
+        assert expected in source, source
+    assert "jnp.reshape" not in source and ":4]" not in source and "squeeze" not in source, source
+
+
+@pytest.mark.parametrize(("parts", "split"), [
+    (lambda x: (x[:, :2], x[:, 2:]), "jnp.split(a0, 2, axis=1)"),
+    (lambda x: (x[:, 3:], x[:, :1], x[:, 1:3]), "jnp.split(a0, [1, 3], axis=1)"),  # any order
+    (lambda x: (x[:, :2], x[:, 2:3]), None),  # not the whole axis
+    (lambda x: (x[:, :2], x[:, 1:]), None),  # overlapping
+    (lambda x: (x[:2, :2], x[:2, 2:]), None),  # each only part of the other axis
+    (lambda x: (x[:, 0:4:2], x[:, 1:4:2]), None),  # strided
+])
+def test_slices_are_one_split_only_when_they_cut_one_axis_into_parts(parts: Any, split: str | None) -> None:
+    closed = jax.make_jaxpr(parts)(_struct((3, 4)))
+    source = render_function(closed, "f", consts_as_params=True).source
+    assert (split in source) if split else "jnp.split" not in source, source
+
+
+def test_the_parts_of_one_split_come_from_one_torch_expression() -> None:
+    """`a = x[:, :2]` and `b = x[:, 2:]` on two torch lines stay two statements: `fuse` joins
+    the outputs of an idiom with several only when `site` gives them one source expression."""
+    closed = jax.make_jaxpr(lambda x: (x[:, :2], x[:, 2:]))(_struct((3, 4)))
+    eqns, outvars = list(closed.jaxpr.eqns), list(closed.jaxpr.outvars)
+    one_line = fuse(eqns, outvars, site=lambda i: "x.split(2, 1)")
+    assert [e.primitive.name for e in one_line] == ["idiom", "slice"]
+    assert [e.primitive.name for e in fuse(eqns, outvars, site=lambda i: f"line {i}")] == ["slice", "slice"]
 
 
 def test_other_jit_renders_as_a_nested_function() -> None:

@@ -221,5 +221,7 @@ def test_blocks_of_other_widths_share_a_def_per_kind():
     assert len(blocks) == 2  # with a downsample and without: two kinds of block, not five defs
     assert sorted(len(f.calls) for f in blocks) == [2, 4]
     text = render_program(program, source="test")
-    assert "x.shape[1] * 2" in text  # a downsampling block's width, from its input's
+    # Batch norm's statistics as `v[:, None, None]`: no block's width is written anywhere (it was
+    # `jnp.reshape(v, (1, x.shape[1] * 2, 1, 1))` in a downsampling block).
+    assert 'params["bn1"]["running_mean"][:, None, None]' in text and "jnp.reshape" not in text
     assert_matches(module, program, model, torch.randn(5, 3, 16, 16))

@@ -51,8 +51,10 @@ class Context:
             for eqn in self.jaxpr.eqns
         ]
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
-        # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call.
-        self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j])
+        # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call;
+        # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
+        self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j],
+                         lambda i: trace.eqn_sites[i])
         self.live = live_eqns(self.eqns, outvars, self.alias)
         self.uses: dict[Any, list[int]] = {}
         for i in sorted(self.live):

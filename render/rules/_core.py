@@ -50,6 +50,20 @@ REWRITES: dict[str, str] = {
         "`x` for boolean `x & True` and `x | False` (attention masks start from `True & ...`): "
         "and with true and or with false return every boolean unchanged"
     ),
+    "split_slices": (
+        "`q, k, v = jnp.split(x, [64, 96], axis=2)` for the slices torchax stages for `torch.split` "
+        "and `torch.chunk` (contiguous, stride one, together the whole axis): jnp binds one `split`, "
+        "which copies the same elements into the same parts"
+    ),
+    "unstack_parts": (
+        "`r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's `split` into parts of one, each "
+        "squeezed: jnp binds one `unstack`, which copies the same elements into the same parts"
+    ),
+    "unit_axes": (
+        "`v[None, :, None, None]` for a reshape that only inserts axes of size one (`v[:, None, None]` "
+        "beside an operand of full rank, whose rank promotion adds the leading ones): jnp binds a "
+        "`broadcast_in_dim` instead, and neither moves or changes a value"
+    ),
 }
 
 

@@ -2,7 +2,8 @@
 
 `fuse` asks each pattern of `idioms.PATTERNS` for candidate expressions ending at an equation,
 traces each candidate on its operands' types, and keeps it only when `match` finds the very
-equations it stages in the program, wired the same way; the run becomes one `idiom` equation.
+equations it stages in the program, wired the same way; the run becomes one `idiom` equation
+(with several results when the candidate has several outputs: `q, k, v = jnp.split(...)`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend.core import Literal, Var
+from jax.extend.core import DropVar, Literal, Var
 
-from jaxside.render.rules.idioms import IDIOM, PATTERNS, Candidate
+from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS, Candidate, Graph
 from jaxside.render.rules.known_calls import same_literal, same_params
 
 _NAMESPACE = {"jax": jax, "jnp": jnp, "lax": lax}
@@ -39,10 +40,11 @@ def _aval_key(var: Any) -> tuple[tuple[int, ...], Any, bool]:
 
 
 def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], operands: list[Any],
-          together: Callable[[int, int], bool]) -> set[int] | None:
-    """The equations (by index) ending in `eqns[terminal]` that `staged` is, wired the same way
-    with its inputs standing for `operands`; None when they differ anywhere."""
-    if staged.constvars or len(staged.outvars) != len(eqns[terminal].outvars):
+          outputs: list[Any], together: Callable[[int, int], bool]) -> set[int] | None:
+    """The equations (by index), `eqns[terminal]` among them, that `staged` is, wired the same way
+    with its inputs standing for `operands` and its outputs for `outputs`; None when they differ
+    anywhere."""
+    if staged.constvars or len(staged.outvars) != len(outputs):
         return None
     inputs = dict(zip(staged.invars, operands))
     made_in = {v: e for e in staged.eqns for v in e.outvars}
@@ -75,20 +77,26 @@ def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
             return False
         return all(same(x, y) for x, y in zip(se.invars, oe.invars))
 
-    if not all(same(s, o) for s, o in zip(staged.outvars, eqns[terminal].outvars)):
+    if not all(same(s, o) for s, o in zip(staged.outvars, outputs)):
         return None
-    if made_in.get(staged.outvars[0]) is None or visited.get(id(made_in[staged.outvars[0]])) != terminal:
-        return None
+    if any(made_in.get(s) is None for s in staged.outvars) or terminal not in visited.values():
+        return None  # an output that is an operand, or a run that does not end where it was asked
     if len(visited) != len(staged.eqns):
         return None
     return set(visited.values())
 
 
 def fuse(
-    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True
+    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True,
+    site: Callable[[int], Any] = lambda i: None,
 ) -> list[Any]:
-    """`eqns` with each run an idiom writes replaced by one `idiom` equation (at the run's last
-    equation's place; the run's other equations are left for dead-code elimination)."""
+    """`eqns` with each run an idiom writes replaced by one `idiom` equation, at the place of the
+    first equation making one of its outputs (the run's last, for one output).  The run's other
+    equations are left for dead-code elimination: those making another output drop it.
+
+    `together(i, j)`: whether equations `i` and `j` may be one run (the lowering: of one call);
+    `site(i)`: the source expression equation `i` came from.  The outputs of an idiom with
+    several must come from one (`q, k, v = x.split(...)`: two torch lines stay two statements)."""
     made_by = {v: i for i, e in enumerate(eqns) for v in e.outvars if isinstance(v, Var)}
     wanted = {v for v in outvars if isinstance(v, Var)}
     alive = live(eqns, wanted)
@@ -102,6 +110,8 @@ def fuse(
         i = made_by.get(v)
         return eqns[i] if i is not None else None
 
+    graph = Graph(producer, lambda v: [eqns[j] for j in sorted(uses.get(v, ()))])
+
     runs: dict[int, tuple[Candidate, set[int]]] = {}
     claimed: set[int] = set()
     for i in range(len(eqns) - 1, -1, -1):
@@ -109,13 +119,16 @@ def fuse(
         pattern = PATTERNS.get(eqn.primitive.name)
         if pattern is None or i in claimed or i not in alive or eqn.effects:
             continue
-        for found in pattern(eqn, producer):
+        for found in pattern(eqn, graph):
             candidate = Candidate(*found)
-            if not all(isinstance(v, Var) for v in candidate.operands):
+            operands, outputs = candidate.operands, candidate.outputs or list(eqn.outvars)
+            first = min(made_by[v] for v in outputs)
+            if not all(isinstance(v, Var) and made_by.get(v, -1) < first for v in operands):
+                continue  # (the idiom, at `first`, reads its operands there)
+            if len({site(made_by[v]) for v in outputs}) > 1:
                 continue
-            operands = candidate.operands
             staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
-            run = match(staged, i, eqns, made_by, operands, together) if staged is not None else None
+            run = match(staged, i, eqns, made_by, operands, outputs, together) if staged is not None else None
             if run is not None:  # runs may share values (one index wrap for two gathers)
                 runs[i] = (candidate, run)
                 claimed |= run
@@ -124,15 +137,22 @@ def fuse(
     while changed:  # a value made inside a run and read outside every run keeps the run apart
         changed = False
         inside = set().union(*(run for _, run in runs.values())) if runs else set()
-        for i, (_, run) in list(runs.items()):
-            made = {v for j in run - {i} for v in eqns[j].outvars}
+        for i, (candidate, run) in list(runs.items()):
+            made = {v for j in run for v in eqns[j].outvars} - set(candidate.outputs or eqns[i].outvars)
             if any(v in wanted or uses.get(v, set()) - inside for v in made):
                 del runs[i]
                 changed = True
     fused = list(eqns)
     for i, (candidate, _) in runs.items():
         params = {"code": candidate.writes or candidate.code, "rewrite": candidate.rewrite}
-        fused[i] = eqns[i].replace(primitive=IDIOM, invars=list(candidate.operands), params=params)
+        outputs = candidate.outputs or eqns[i].outvars
+        makers = sorted({made_by[v] for v in outputs})
+        for j in makers[1:]:
+            fused[j] = eqns[j].replace(outvars=[DropVar(v.aval) for v in eqns[j].outvars])
+        primitive = IDIOM if candidate.outputs is None else IDIOMS
+        fused[makers[0]] = eqns[makers[0]].replace(
+            primitive=primitive, invars=list(candidate.operands), outvars=list(outputs), params=params
+        )
     return fused
 
 

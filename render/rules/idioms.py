@@ -12,10 +12,17 @@ equations it stages must be the run's equations, the same primitives with the sa
 the same way.  So an idiom computes what the run computed, equation for equation; the values
 the run made on the way (the wrapped index) must be used by nothing else.
 
-**To add an idiom**: write a function `(eqn, producer) -> [(code, operands), ...]` proposing
-candidate expressions over `_0`, `_1`, ... for runs ending in `eqn`, and register it in
-`PATTERNS` under the primitive that ends the run; `tests/test_ops.py` and the fuzzer prove
-every fused program the same way as single equations.
+An idiom may have several results: `q, k, v = x.split([64, 32, 32], -1)` stages three slices,
+written `q, k, v = jnp.split(x, [64, 96], axis=2)`; the candidate names the values its results
+stand for (`Candidate.outputs`) and its code is a sequence.  When the expression written is not
+the one that stages the run (a `split` primitive, not three slices), the candidate traces a
+reference (`code`) and writes another (`writes`), a rewrite of `REWRITES` proven bitwise.
+
+**To add an idiom**: write a function `(eqn, graph) -> [(code, operands), ...]` (or `Candidate`s)
+proposing candidate expressions over `_0`, `_1`, ... for runs ending in `eqn`, reading the program
+around it through `graph` (who made a value, who reads it), and register it in `PATTERNS` under
+the primitive that ends the run; `tests/test_ops.py` and the fuzzer prove every fused program the
+same way as single equations.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from jax.extend.core import Literal, Primitive
 from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
 from jaxside.render.rules.emitter import Emitter
 from jaxside.render.rules.linalg import matmul
+from jaxside.render.rules.shapes import inserted_axes, new_axes, split_parts
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -38,9 +46,18 @@ rule = registrar(RULES)
 IDIOM = Primitive("idiom")
 """The primitive of a fused run; `params["code"]` is the expression over `_0`, `_1`, ..."""
 IDIOM.multiple_results = False
+IDIOMS = Primitive("idiom")
+"""The same for a run with several results (`q, k, v = jnp.split(...)`): the expression is a sequence."""
+IDIOMS.multiple_results = True
 
-Producer = Callable[[Any], "Any | None"]
-"""The equation that made a value (None for an input, a literal or a value made elsewhere)."""
+
+class Graph(NamedTuple):
+    """The program around the equation a pattern looks at."""
+
+    producer: Callable[[Any], Any]
+    """The equation that made a value (None for an input, a literal or a value made elsewhere)."""
+    users: Callable[[Any], list[Any]]
+    """The live equations that read a value, in program order."""
 
 
 class Candidate(NamedTuple):
@@ -52,6 +69,9 @@ class Candidate(NamedTuple):
     """What to write instead of `code` when it is a rewrite (`_0 @ _1` for torchax's flattened matmul)."""
     rewrite: str | None = None
     """The `REWRITES` entry that says why `writes` computes `code`'s bits under jit."""
+    outputs: list[Any] | None = None
+    """The values `code`'s results stand for, when it has several (a sequence, in order); by
+    default the one result of the equation the run ends in."""
 
 
 @rule("idiom")
@@ -77,7 +97,7 @@ _INDEX_PREP = frozenset({"lt", "add", "select_n", "broadcast_in_dim", "reshape",
                          "convert_element_type", "jit"})
 
 
-def _index_leaves(var: Any, producer: Producer) -> list[list[Any]]:
+def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
     """The index arrays behind a gather's or scatter's `indices` operand, in order: those found
     walking back through all of jnp's index preparation, and (when they differ) the indices that
     go into its wraps of negative values (`select_n(i < 0, i, i + n)`)."""
@@ -87,7 +107,7 @@ def _index_leaves(var: Any, producer: Producer) -> list[list[Any]]:
     def walk(v: Any) -> None:
         if not _is_traced(v):
             return
-        eqn = producer(v)
+        eqn = graph.producer(v)
         name = eqn.primitive.name if eqn is not None else None
         wrap = name == "select_n" or name == "jit" and eqn.params.get("name") == "_where"
         if wrap:
@@ -115,7 +135,7 @@ def _subscript(ndim: int, axes: tuple[int, ...], first: int) -> str:
     return ", ".join(items)
 
 
-def _gather(eqn: Any, producer: Producer) -> list[Candidate]:
+def _gather(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x[i]`, `x[:, :, i]`, `x[i, j]`: the index wrap (`i + n` where `i < 0`), the broadcasts and
     the `gather` (mode `PROMISE_IN_BOUNDS`) jnp stages for integer-array indexing."""
     x, indices = eqn.invars
@@ -125,7 +145,7 @@ def _gather(eqn: Any, producer: Producer) -> list[Candidate]:
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
     code = f"_0[{_subscript(x.aval.ndim, axes, 1)}]"
-    return [(code, [x, *leaves]) for leaves in _index_leaves(indices, producer) if len(leaves) == len(axes)]
+    return [(code, [x, *leaves]) for leaves in _index_leaves(indices, graph) if len(leaves) == len(axes)]
 
 
 _AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "scatter-mul": "multiply",
@@ -134,7 +154,7 @@ _AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "sc
 _UPDATE_PREP = frozenset({"broadcast_in_dim", "reshape", "convert_element_type"})
 
 
-def _scatter(eqn: Any, producer: Producer) -> list[Candidate]:
+def _scatter(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
     broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
     x, indices, updates = eqn.invars
@@ -146,30 +166,33 @@ def _scatter(eqn: Any, producer: Producer) -> list[Candidate]:
     index = _subscript(x.aval.ndim, axes, 1)
     method = _AT_METHODS[eqn.primitive.name]
     candidates = []
-    for leaves in _index_leaves(indices, producer):
-        for value in _update_values(updates, producer) if len(leaves) == len(axes) else ():
+    for leaves in _index_leaves(indices, graph):
+        for value in _update_values(updates, graph) if len(leaves) == len(axes) else ():
             code = f"_0.at[{index}].{method}(_{len(leaves) + 1})"
             candidates.append((code, [x, *leaves, value]))
     return candidates
 
 
-def _update_values(updates: Any, producer: Producer) -> Iterator[Any]:
+def _update_values(updates: Any, graph: Graph) -> Iterator[Any]:
     """The value a scatter writes, as given (`updates` itself first, then before jnp's broadcasts)."""
     seen = updates
     while True:
         if _is_traced(seen):
             yield seen
-        eqn = producer(seen) if _is_traced(seen) else None
+        eqn = graph.producer(seen) if _is_traced(seen) else None
         if eqn is None or eqn.primitive.name not in _UPDATE_PREP:
             return
         seen = eqn.invars[0]
 
 
-def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
+def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x[:, :, 0]` (`x[..., 0]` for the last axis) for the slice and squeeze jnp stages for an
-    integer index."""
+    integer index.  And `r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's split into parts of
+    one, each squeezed (the rewrite `unstack_parts`)."""
     (sliced,) = eqn.invars
-    source = producer(sliced) if _is_traced(sliced) else None
+    source = graph.producer(sliced) if _is_traced(sliced) else None
+    if source is not None and source.primitive.name == "split":
+        return _unstack(eqn, source, graph)
     dims = tuple(eqn.params["dimensions"])
     if source is None or source.primitive.name != "slice" or len(dims) != 1:
         return []
@@ -190,51 +213,67 @@ def _squeeze(eqn: Any, producer: Producer) -> list[Candidate]:
     return candidates
 
 
+def _unstack(eqn: Any, split: Any, graph: Graph) -> list[Candidate]:
+    axis, n = split.params["axis"], len(split.params["sizes"])
+    if set(split.params["sizes"]) != {1} or n < 2 or tuple(eqn.params["dimensions"]) != (axis,):
+        return []
+    outputs = []
+    for part in split.outvars:
+        users = graph.users(part)
+        squeezed = len(users) == 1 and users[0].primitive.name == "squeeze"
+        if not squeezed or tuple(users[0].params["dimensions"]) != (axis,):
+            return []
+        outputs.append(users[0].outvars[0])
+    reference = f"tuple(jnp.squeeze(p, axis={axis}) for p in jnp.split(_0, {n}, axis={axis}))"
+    writes = f"jnp.unstack(_0, axis={axis})"
+    return [Candidate(reference, [split.invars[0]], writes, "unstack_parts", outputs)]
+
+
 def _axis(axes: tuple[int, ...]) -> str:
     return str(axes[0]) if len(axes) == 1 else str(tuple(axes))
 
 
-def _div(eqn: Any, producer: Producer) -> list[Candidate]:
+def _div(eqn: Any, graph: Graph) -> list[Candidate]:
     """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division (and
     `x / y` with rank promotion, as for the other operators)."""
     numerator, denominator = eqn.invars
     candidates = []
-    top = producer(numerator) if _is_traced(numerator) else None
+    top = graph.producer(numerator) if _is_traced(numerator) else None
     if top is not None and top.primitive.name == "broadcast_in_dim" and _is_traced(top.invars[0]):
-        top = producer(top.invars[0])
+        top = graph.producer(top.invars[0])
     if top is not None and top.primitive.name == "reduce_sum" and isinstance(denominator, Literal):
         axes = tuple(top.params["axes"])
         keep = ", keepdims=True" if eqn.outvars[0].aval.ndim == top.invars[0].aval.ndim else ""
         candidates.append((f"jnp.mean(_0, axis={_axis(axes)}{keep})", [top.invars[0]]))
-    exp = producer(numerator) if _is_traced(numerator) else None
-    shifted = producer(exp.invars[0]) if exp is not None and exp.primitive.name == "exp" else None
+    exp = graph.producer(numerator) if _is_traced(numerator) else None
+    shifted = graph.producer(exp.invars[0]) if exp is not None and exp.primitive.name == "exp" else None
     if shifted is not None and shifted.primitive.name == "sub" and _is_traced(shifted.invars[0]):
-        total = producer(denominator) if _is_traced(denominator) else None
+        total = graph.producer(denominator) if _is_traced(denominator) else None
         while total is not None and total.primitive.name == "broadcast_in_dim":
-            total = producer(total.invars[0])
+            total = graph.producer(total.invars[0])
         if total is not None and total.primitive.name == "reduce_sum":
             axes = tuple(total.params["axes"])
             candidates.append((f"jax.nn.softmax(_0, axis={_axis(axes)})", [shifted.invars[0]]))
-    return candidates + _promoted(eqn, producer)
+    return candidates + _promoted(eqn, graph)
 
 
-def _broadcast(eqn: Any, producer: Producer) -> list[Candidate]:
+def _broadcast(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x[None, None, i]`: jnp gathers, then puts the new axes in front.  And `x[:, None, :, 0]`:
     the slice and squeeze of an integer index, then the new axes."""
     (value,) = eqn.invars
-    source = producer(value) if _is_traced(value) else None
+    source = graph.producer(value) if _is_traced(value) else None
     new = eqn.outvars[0].aval.ndim - value.aval.ndim if _is_traced(value) else 0
     if source is not None and source.primitive.name == "squeeze" and new > 0:
-        return _new_axes(eqn, source, producer)
+        return _new_axes(eqn, source, graph)
     if source is None or source.primitive.name != "gather" or new <= 0:
         return []
     prefix = "_0[" + "None, " * new
-    return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, producer)]
+    return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, graph)]
 
 
-def _new_axes(eqn: Any, squeeze: Any, producer: Producer) -> list[Candidate]:
+def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Candidate]:
     """`x[:, None, :, 0]` for `x[:, :, 0]` broadcast to new axes of size one."""
-    found = [(code, operands) for code, operands in _squeeze(squeeze, producer) if "..." not in code]
+    found = [(code, operands) for code, operands in _squeeze(squeeze, graph) if "..." not in code]
     if not found:
         return []
     code, operands = found[0]
@@ -255,14 +294,14 @@ def _new_axes(eqn: Any, squeeze: Any, producer: Producer) -> list[Candidate]:
     return [(f"_0[{', '.join(woven)}]", operands)]
 
 
-def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
+def _reshape(eqn: Any, graph: Graph) -> list[Candidate]:
     """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`.  And
     `a @ b` for the matmul torchax flattens to one batch axis and back (the rewrite
     `matmul_unflattened`)."""
     (value,) = eqn.invars
-    source = producer(value) if _is_traced(value) else None
+    source = graph.producer(value) if _is_traced(value) else None
     if source is not None and source.primitive.name == "dot_general":
-        return _unflattened_matmul(eqn, source, producer)
+        return _unflattened_matmul(eqn, source, graph)
     if source is None or source.primitive.name != "broadcast_in_dim" or not _is_traced(source.invars[0]):
         return []
     shape, wide = tuple(source.invars[0].aval.shape), tuple(source.params["shape"])
@@ -273,8 +312,8 @@ def _reshape(eqn: Any, producer: Producer) -> list[Candidate]:
     return [(f"jnp.repeat(_0, {wide[new[0]]}, axis={axis})", [source.invars[0]])]
 
 
-def _unflattened_matmul(eqn: Any, dot: Any, producer: Producer) -> list[Candidate]:
-    flat = [producer(v) if _is_traced(v) else None for v in dot.invars]
+def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Candidate]:
+    flat = [graph.producer(v) if _is_traced(v) else None for v in dot.invars]
     if any(e is None or e.primitive.name != "reshape" or not _is_traced(e.invars[0]) for e in flat):
         return []
     a, b = (e.invars[0] for e in flat)
@@ -292,12 +331,14 @@ _BINARY = {"add": "_0 + _1", "sub": "_0 - _1", "mul": "_0 * _1", "div": "_0 / _1
            "min": "jnp.minimum(_0, _1)"}
 
 
-def _promoted(eqn: Any, producer: Producer) -> list[Candidate]:
+def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
     """'x * w' for a binary operator (or 'jnp.maximum', 'jnp.minimum') whose operand of lower rank
-    jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages."""
+    jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages.
+    And 'x - v[:, None, None]' for an operand reshaped from '(16,)' to '(1, 16, 1, 1)' beside one
+    of full rank (the rewrite 'unit_axes')."""
     sources = []
     for v in eqn.invars:
-        made = producer(v) if _is_traced(v) else None
+        made = graph.producer(v) if _is_traced(v) else None
         broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
         sources.append(made.invars[0] if broadcast and _is_traced(made.invars[0]) else None)
     code = _BINARY[eqn.primitive.name]
@@ -305,15 +346,83 @@ def _promoted(eqn: Any, producer: Producer) -> list[Candidate]:
     for i, source in enumerate(sources):
         if source is not None:
             tries.append([source if i == j else v for j, v in enumerate(eqn.invars)])
-    return [(code, operands) for operands in tries]
+    return _unit_axes(eqn, graph) + [(code, operands) for operands in tries]
 
 
-def _einsum(eqn: Any, producer: Producer) -> list[Candidate]:
+def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
+    """`x - v[:, None, None]` for an operand reshaped from `(16,)` to `(1, 16, 1, 1)` beside one of
+    full rank: jnp's rank promotion adds the leading axes (the rewrite `unit_axes`)."""
+    candidates = []
+    rank = eqn.outvars[0].aval.ndim
+    for k, v in enumerate(eqn.invars):
+        partner = eqn.invars[1 - k]
+        made = graph.producer(v) if _is_traced(v) else None
+        if made is None or made.primitive.name != "reshape" or made.params.get("dimensions") is not None:
+            continue
+        source, sizes = made.invars[0], tuple(made.params["new_sizes"])
+        kept = inserted_axes(tuple(source.aval.shape), sizes) if _is_traced(source) else None
+        full = _is_traced(partner) and partner is not v and partner.aval.ndim == rank == len(sizes)
+        users = graph.users(v)
+        if kept is None or not full or len(users) != 1 or users[0] is not eqn:
+            continue
+        if kept and kept[0] == 0:
+            continue  # no new axis in front to leave to rank promotion: the `reshape` rule says it
+        lead = kept[0] if kept else len(sizes)
+        written = f"_{k}"  # (a scalar's new axes: all in front)
+        if kept:
+            written = ast.unparse(new_axes(ast.Name(written), sizes[lead:], tuple(d - lead for d in kept)))
+        template = _BINARY[eqn.primitive.name].replace("_0", "{0}").replace("_1", "{1}")
+        reshaped = f"jnp.reshape(_{k}, {sizes})"
+        reference = template.format(*[reshaped if j == k else f"_{j}" for j in (0, 1)])
+        writes = template.format(*[written if j == k else f"_{j}" for j in (0, 1)])
+        operands = [source if j == k else w for j, w in enumerate(eqn.invars)]
+        candidates.append(Candidate(reference, operands, writes, "unit_axes"))
+    return candidates
+
+
+def _split(eqn: Any, graph: Graph) -> list[Candidate]:
+    """`q, k, v = jnp.split(x, [64, 96], axis=2)` (`jnp.split(x, 3, axis=2)` for equal parts): the
+    slices torchax stages for `torch.split` and `torch.chunk`, contiguous along one axis, each
+    whole along the others, together the whole axis (the rewrite `split_slices`)."""
+    x, axis = eqn.invars[0], _sliced_axis(eqn)
+    if axis is None or not _is_traced(x):
+        return []
+    pieces = sorted(
+        ((u.params["start_indices"][axis], u.params["limit_indices"][axis], u.outvars[0])
+         for u in graph.users(x)
+         if u.primitive.name == "slice" and u.invars[0] is x and _sliced_axis(u) == axis),
+        key=lambda piece: piece[:2],
+    )
+    bounds = [0, *(limit for _, limit, _ in pieces)]
+    starts = [start for start, _, _ in pieces]
+    if len(pieces) < 2 or starts != bounds[:-1] or bounds[-1] != x.aval.shape[axis]:
+        return []
+    items = [":"] * x.aval.ndim
+    parts = []
+    for start, limit, _ in pieces:
+        items[axis] = f"{start}:{limit}"
+        parts.append(f"_0[{', '.join(items)}]")
+    sizes = tuple(limit - start for start, limit, _ in pieces)
+    writes = ast.unparse(split_parts(ast.Name("_0"), sizes, axis))
+    return [Candidate(f"({', '.join(parts)},)", [x], writes, "split_slices", [v for _, _, v in pieces])]
+
+
+def _sliced_axis(eqn: Any) -> int | None:
+    """The one axis a `slice` (of stride one) takes part of, or None."""
+    x, p = eqn.invars[0], eqn.params
+    if p["strides"] is not None and any(s != 1 for s in p["strides"]):
+        return None
+    partial = [d for d, (a, b, n) in enumerate(zip(p["start_indices"], p["limit_indices"], x.aval.shape))
+               if (a, b) != (0, n)]
+    return partial[0] if len(partial) == 1 else None
+
+
+def _einsum(eqn: Any, graph: Graph) -> list[Candidate]:
     """'jnp.einsum("ab,abc->ac", x, y)' for a 'dot_general' that is not a plain matmul (batch axes
     elsewhere than in front, several contracted axes, an outer product), and with the
     'transpose' of its result jnp adds when the output's axes come in another order."""
     if eqn.primitive.name == "transpose":
-        dot = producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
+        dot = graph.producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
         if dot is None or dot.primitive.name != "dot_general":
             return []
         perm = tuple(eqn.params["permutation"])
@@ -354,12 +463,13 @@ def _relabel(spec: str) -> str:
     return spec.translate(str.maketrans(dict(zip(order, _LETTERS))))
 
 
-PATTERNS: dict[str, Callable[[Any, Producer], list[Candidate]]] = {
+PATTERNS: dict[str, Callable[[Any, Graph], list[Candidate]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
     "reshape": _reshape,
     **dict.fromkeys(_AT_METHODS, _scatter),
     "squeeze": _squeeze,
+    "slice": _split,
     **dict.fromkeys(_BINARY, _promoted),
     "div": _div,
     "dot_general": _einsum,

@@ -21,6 +21,7 @@ from jaxside.render.rules._core import (
     kw,
     literal,
     registrar,
+    rewritten,
     scalar,
 )
 from jaxside.render.rules.emitter import Emitter
@@ -44,7 +45,7 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
     if _is_traced(x) and in_shape and len(shape) > len(in_shape) and all(
         shape[d] == n for d, n in zip(dims, in_shape)
     ) and dims == tuple(sorted(dims)) and all(shape[d] == 1 for d in range(len(shape)) if d not in dims):
-        return _new_axes(args[0], shape, dims)
+        return new_axes(args[0], shape, dims)
     if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and all(
         n in (1, m) for n, m in zip(in_shape, shape[len(shape) - len(in_shape):])
     ):  # numpy broadcasting: size-1 axes stretched, new axes in front
@@ -64,7 +65,7 @@ def _full(shape: tuple[int, ...], value: Any) -> ast.expr:
     return call("jnp.full", [literal(shape), fill, dtype_expr(dtype)])
 
 
-def _new_axes(x: ast.expr, shape: tuple[int, ...], dims: tuple[int, ...]) -> ast.expr:
+def new_axes(x: ast.expr, shape: tuple[int, ...], dims: tuple[int, ...]) -> ast.expr:
     """`x[None]`, `x[:, None]`, `x[..., None]`: size-1 axes inserted where `dims` skips."""
     items: list[ast.expr] = [ast.Slice() if d in dims else ast.Constant(None) for d in range(len(shape))]
     trailing = 0
@@ -85,10 +86,27 @@ def _reshape(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     params = eqn.params
     if params.get("sharding") is not None or len(eqn.invars) != 1:
         return exact(eqn, args, emitter)
-    shape = literal(tuple(params["new_sizes"]))
+    new_sizes = tuple(params["new_sizes"])
     if params.get("dimensions") is not None:
-        return call("lax.reshape", [args[0], shape, literal(tuple(params["dimensions"]))])
-    return call("jnp.reshape", [args[0], shape])
+        return call("lax.reshape", [args[0], literal(new_sizes), literal(tuple(params["dimensions"]))])
+    kept = inserted_axes(tuple(eqn.invars[0].aval.shape), new_sizes) if _is_traced(eqn.invars[0]) else None
+    if kept is not None:  # `v[None, :, None, None]`: a reshape that only adds axes of size one
+        return rewritten("unit_axes", new_axes(args[0], new_sizes, kept), emitter)
+    return call("jnp.reshape", [args[0], literal(new_sizes)])
+
+
+def inserted_axes(shape: tuple[int, ...], new_sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Where `shape`'s axes are among `new_sizes` when the reshape only inserts axes of size one
+    (`(16,)` to `(1, 16, 1, 1)`: `(1,)`); None for any other reshape."""
+    if len(new_sizes) <= len(shape):
+        return None
+    kept: list[int] = []
+    for d, n in enumerate(new_sizes):
+        if len(kept) < len(shape) and n == shape[len(kept)]:
+            kept.append(d)
+        elif n != 1:
+            return None
+    return tuple(kept) if len(kept) == len(shape) else None
 
 
 @rule("squeeze")
@@ -131,11 +149,18 @@ def _concatenate(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 @rule("split")
 def _split(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    sizes = literal(tuple(eqn.params["sizes"]))
-    parts = call("lax.split", [args[0], sizes], [kw("axis", eqn.params["axis"])])
+    parts = split_parts(args[0], tuple(eqn.params["sizes"]), eqn.params["axis"])
     if len(eqn.outvars) == 1:
         return ast.Subscript(parts, ast.Constant(0), ast.Load())
     return parts
+
+
+def split_parts(x: ast.expr, sizes: tuple[int, ...], axis: int) -> ast.expr:
+    """`jnp.split(x, 3, axis=2)` for equal parts, else `jnp.split(x, [64, 96], axis=2)` (where
+    each part but the last ends): one `split` of these sizes."""
+    ends = [int(n) for n in np.cumsum(sizes)[:-1]]
+    at = _number(len(sizes)) if len(set(sizes)) == 1 else literal(ends)
+    return call("jnp.split", [x, at], [kw("axis", axis)])
 
 
 @rule("stack")

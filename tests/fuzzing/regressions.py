@@ -91,6 +91,14 @@ REGRESSIONS: dict[str, Program] = {
         "v5 = torch.stack([v3[..., 0] * v4 - v3[..., 1], torch.maximum(v3[..., 1], v4)], dim=-1)",
         "v6 = v5.flatten(-2) / v2 + (v2 > 0)",
     ),
+    "idiom_split_and_unit_axes": program(
+        [((2, 3, 8), F32), ((3,), F32), ((3,), F32)],
+        "v3, v4, v5 = v0.split([4, 2, 2], dim=-1)",
+        "v6, v7 = torch.chunk(v3, 2, dim=0)",
+        "v8 = F.batch_norm(v4[..., None], v1, v2.abs() + 0.5, v1, v2, training=False)",
+        "v9, v10, v11 = v5.unbind(1)",
+        "v12 = v6 * v7 + v8.sum() + (v9 * v10 - v11).mean()",
+    ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(
         [((3, 4), I64), ((3, 4), BOOL)],

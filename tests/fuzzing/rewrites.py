@@ -71,12 +71,31 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: lax.bitwise_or(x, False), (_s((4, 8), jnp.bool_),)),
         (lambda x: True & (x > 0), (_s((4, 8)),)),
     ],
+    "split_slices": [  # torchax's split: one slice per part (`x[make_range(...)]`)
+        (lambda x: (x[:, :, :64], x[:, :, 64:96], x[:, :, 96:]), (_s((2, 8, 128)),)),
+        (lambda x: (x[:4], x[4:8], x[8:]), (_s((12, 3)),)),  # torch.chunk: equal parts
+        (lambda x: (x[:, :3], x[:, 3:]), (_s((4, 5), jnp.bfloat16),)),
+        (lambda x: (x[..., :1], x[..., 1:]), (_s((3, 2, 2), jnp.int32),)),
+    ],
+    "unstack_parts": [  # torch.unbind: a split into parts of one, each squeezed
+        (lambda x: tuple(jnp.squeeze(p, axis=1) for p in jnp.split(x, 3, axis=1)), (_s((4, 3, 5)),)),
+        (lambda x: tuple(jnp.squeeze(p, axis=0) for p in jnp.split(x, 2, axis=0)),
+         (_s((2, 9), jnp.int32),)),
+        (lambda x: tuple(jnp.squeeze(p, axis=2) for p in jnp.split(x, 4, axis=2)), (_s((3, 5, 4)),)),
+    ],
+    "unit_axes": [
+        (lambda v: jnp.reshape(v, (1, 16, 1, 1)), (_s((16,)),)),  # BatchNorm's statistics
+        (lambda x, v: x - jnp.reshape(v, (1, 16, 1, 1)), (_s((2, 16, 3, 3)), _s((16,)))),
+        (lambda x, v: jnp.reshape(v, (1, 4, 1)) * x, (_s((2, 4, 5), jnp.bfloat16), _s((4,), jnp.bfloat16))),
+        (lambda x, v: x + jnp.reshape(v, (1, 1, 1)), (_s((2, 3, 5)), _s(()))),  # a scalar
+        (lambda v: jnp.reshape(v, (3, 1, 5)), (_s((3, 5), jnp.int32),)),
+    ],
 }
 
 
 def special_inputs(struct: jax.ShapeDtypeStruct, seed: int) -> Any:
     """Random values of this type; for floats, every special value (denormals of float32 and
-    below it included) at least once, the rest normal numbers of mixed sign."""
+    below it included) at least once when there is room, the rest normal numbers of mixed sign."""
     rng = np.random.default_rng(seed)
     dtype = np.dtype(struct.dtype)
     if dtype.kind in "iu":
@@ -84,7 +103,8 @@ def special_inputs(struct: jax.ShapeDtypeStruct, seed: int) -> Any:
         values = rng.integers(info.min, info.max, size=struct.shape, endpoint=True, dtype=dtype)
         return jnp.asarray(values)
     flat = (rng.normal(size=int(np.prod(struct.shape))) * 4).astype(np.float64)
-    flat[: len(SPECIALS)] = SPECIALS
+    few = min(len(flat), len(SPECIALS))  # (an array smaller than the list: other specials each seed)
+    flat[:few] = np.roll(SPECIALS, -seed)[:few]
     rng.shuffle(flat)
     return jnp.asarray(flat.reshape(struct.shape), dtype=dtype)
 

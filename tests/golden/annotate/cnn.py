@@ -18,18 +18,19 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
         x = self.pool(F.relu(self.bn1(self.conv1(x))))
-        # conv1_x = lax.conv_general_dilated(
-        #     x,
-        #     params["conv1"]["weight"],
-        #     window_strides=(1, 1),
-        #     padding=((1, 1), (1, 1)),
-        #     dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        # ) + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
-        # bn1 = (conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1))) * lax.rsqrt(
-        #     jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05
-        # ) * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1)) + jnp.reshape(
-        #     params["bn1"]["bias"], (1, 16, 1, 1)
+        # conv1_x = (
+        #     lax.conv_general_dilated(
+        #         x,
+        #         params["conv1"]["weight"],
+        #         window_strides=(1, 1),
+        #         padding=((1, 1), (1, 1)),
+        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        #     )
+        #     + params["conv1"]["bias"][:, None, None]
         # )
+        # bn1 = (conv1_x - params["bn1"]["running_mean"][:, None, None]) * lax.rsqrt(
+        #     params["bn1"]["running_var"][None, :, None, None] + 1e-05
+        # ) * params["bn1"]["weight"][:, None, None] + params["bn1"]["bias"][:, None, None]
         # x = lax.reduce_window(
         #     jax.nn.relu(bn1),
         #     -jnp.inf,
@@ -38,18 +39,19 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         x = self.pool(F.relu(self.bn2(self.conv2(x))))
-        # conv2_x = lax.conv_general_dilated(
-        #     x,
-        #     params["conv2"]["weight"],
-        #     window_strides=(1, 1),
-        #     padding=((1, 1), (1, 1)),
-        #     dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        # ) + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
-        # bn2 = (conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1))) * lax.rsqrt(
-        #     jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05
-        # ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
-        #     params["bn2"]["bias"], (1, 32, 1, 1)
+        # conv2_x = (
+        #     lax.conv_general_dilated(
+        #         x,
+        #         params["conv2"]["weight"],
+        #         window_strides=(1, 1),
+        #         padding=((1, 1), (1, 1)),
+        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        #     )
+        #     + params["conv2"]["bias"][:, None, None]
         # )
+        # bn2 = (conv2_x - params["bn2"]["running_mean"][:, None, None]) * lax.rsqrt(
+        #     params["bn2"]["running_var"][None, :, None, None] + 1e-05
+        # ) * params["bn2"]["weight"][:, None, None] + params["bn2"]["bias"][:, None, None]
         # x = lax.reduce_window(
         #     jax.nn.relu(bn2),
         #     -jnp.inf,

@@ -41,10 +41,7 @@ class MoE(nn.Module):
         weights = torch.zeros_like(logits).scatter(1, topk_idx, topk_w)
         # weights = (
         #     jnp.zeros((12, 4), jnp.float32)
-        #     .at[
-        #         jnp.broadcast_to(jnp.reshape(jnp.arange(12, dtype=jnp.int32), (12, 1)), (12, 2)),
-        #         topk_idx,
-        #     ]
+        #     .at[jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32)[:, None], (12, 2)), topk_idx]
         #     .set(topk_w)
         # )
         expert_out = torch.stack([expert(tokens) for expert in self.experts], dim=1)

@@ -27,20 +27,19 @@ from jax import lax
 
 def forward(params, x):
     """`SmallCNN.forward`, cnn.py:19."""
-    conv1_x = lax.conv_general_dilated(
-        x,
-        params["conv1"]["weight"],
-        window_strides=(1, 1),
-        padding=((1, 1), (1, 1)),
-        dimension_numbers=("NCHW", "OIHW", "NCHW"),
-    ) + jnp.reshape(params["conv1"]["bias"], (1, 16, 1, 1))
-    bn1 = (
-        conv1_x - jnp.reshape(params["bn1"]["running_mean"], (1, 16, 1, 1))
-    ) * lax.rsqrt(
-        jnp.reshape(params["bn1"]["running_var"], (1, 16, 1, 1)) + 1e-05
-    ) * jnp.reshape(params["bn1"]["weight"], (1, 16, 1, 1)) + jnp.reshape(
-        params["bn1"]["bias"], (1, 16, 1, 1)
+    conv1_x = (
+        lax.conv_general_dilated(
+            x,
+            params["conv1"]["weight"],
+            window_strides=(1, 1),
+            padding=((1, 1), (1, 1)),
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        )
+        + params["conv1"]["bias"][:, None, None]
     )
+    bn1 = (conv1_x - params["bn1"]["running_mean"][:, None, None]) * lax.rsqrt(
+        params["bn1"]["running_var"][None, :, None, None] + 1e-05
+    ) * params["bn1"]["weight"][:, None, None] + params["bn1"]["bias"][:, None, None]
     x_1 = lax.reduce_window(
         jax.nn.relu(bn1),
         -jnp.inf,
@@ -48,20 +47,19 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    conv2_x = lax.conv_general_dilated(
-        x_1,
-        params["conv2"]["weight"],
-        window_strides=(1, 1),
-        padding=((1, 1), (1, 1)),
-        dimension_numbers=("NCHW", "OIHW", "NCHW"),
-    ) + jnp.reshape(params["conv2"]["bias"], (1, 32, 1, 1))
-    bn2 = (
-        conv2_x - jnp.reshape(params["bn2"]["running_mean"], (1, 32, 1, 1))
-    ) * lax.rsqrt(
-        jnp.reshape(params["bn2"]["running_var"], (1, 32, 1, 1)) + 1e-05
-    ) * jnp.reshape(params["bn2"]["weight"], (1, 32, 1, 1)) + jnp.reshape(
-        params["bn2"]["bias"], (1, 32, 1, 1)
+    conv2_x = (
+        lax.conv_general_dilated(
+            x_1,
+            params["conv2"]["weight"],
+            window_strides=(1, 1),
+            padding=((1, 1), (1, 1)),
+            dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        )
+        + params["conv2"]["bias"][:, None, None]
     )
+    bn2 = (conv2_x - params["bn2"]["running_mean"][:, None, None]) * lax.rsqrt(
+        params["bn2"]["running_var"][None, :, None, None] + 1e-05
+    ) * params["bn2"]["weight"][:, None, None] + params["bn2"]["bias"][:, None, None]
     x_1 = lax.reduce_window(
         jax.nn.relu(bn2),
         -jnp.inf,

@@ -98,10 +98,7 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
     Shared by 2 calls: `layers.0.attention` ... `layers.1.attention`.
     """
     bsz, seqlen, _ = x.shape
-    wqkv_x = x @ params["wqkv"]["weight"].T
-    q = wqkv_x[:, :, :64]
-    k = wqkv_x[:, :, 64:96]
-    v = wqkv_x[:, :, 96:]
+    q, k, v = jnp.split(x @ params["wqkv"]["weight"].T, [64, 96], axis=2)
     q = jnp.reshape(q, (bsz, seqlen, 4, 16))
     k = jnp.reshape(k, (bsz, seqlen, 2, 16))
     v = jnp.reshape(v, (bsz, seqlen, 2, 16))

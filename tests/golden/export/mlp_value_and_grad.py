@@ -23,14 +23,12 @@ def value_and_grad_mlp_loss(params, x, y):
         lax.div(jnp.float32(1.0), jnp.float32(128.0)), (32, 4)
     )
     grad_error = grad_error_pow_2 * d_error_pow_2
-    grad_params_b2 = jnp.sum(jnp.reshape(jnp.sum(grad_error, axis=0), (1, 4)), axis=0)
+    grad_params_b2 = jnp.sum(jnp.sum(grad_error, axis=0)[None], axis=0)
     grad_params_w2 = (grad_error.T @ hidden).T
     grad_hidden = grad_error @ params["w2"].T
     grad_tanh = grad_hidden * d_hidden
     grad_x_matmul_w1 = grad_tanh + grad_tanh * hidden
-    grad_params_b1 = jnp.sum(
-        jnp.reshape(jnp.sum(grad_x_matmul_w1, axis=0), (1, 16)), axis=0
-    )
+    grad_params_b1 = jnp.sum(jnp.sum(grad_x_matmul_w1, axis=0)[None], axis=0)
     grad_params_w1 = (grad_x_matmul_w1.T @ x).T
     return value, {
         "b1": grad_params_b1,

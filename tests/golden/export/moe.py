@@ -39,10 +39,7 @@ def forward(params, x):
         jnp.zeros((topk_idx.shape[0], 4), jnp.float32)
         .at[
             jnp.broadcast_to(
-                jnp.reshape(
-                    jnp.arange(topk_idx.shape[0], dtype=jnp.int32),
-                    (topk_idx.shape[0], 1),
-                ),
+                jnp.arange(topk_idx.shape[0], dtype=jnp.int32)[:, None],
                 (topk_idx.shape[0], 2),
             ),
             topk_idx,
