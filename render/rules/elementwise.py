@@ -105,14 +105,15 @@ def _integer_pow(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 _OPERATORS: dict[str, ast.operator] = {
     "add": ast.Add(), "sub": ast.Sub(), "mul": ast.Mult(), "div": ast.Div(),
-    "and": ast.BitAnd(), "or": ast.BitOr(), "xor": ast.BitXor(),
+    "and": ast.BitAnd(), "or": ast.BitOr(), "xor": ast.BitXor(), "pow": ast.Pow(),
 }
 _COMPARISONS: dict[str, ast.cmpop] = {
     "eq": ast.Eq(), "ne": ast.NotEq(), "lt": ast.Lt(), "le": ast.LtE(), "gt": ast.Gt(), "ge": ast.GtE(),
 }
 _LAX_BINARY = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "and": "bitwise_and", "or": "bitwise_or",
-    "xor": "bitwise_xor", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+    "xor": "bitwise_xor", "pow": "pow", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt",
+    "ge": "ge",
 }
 
 
@@ -182,6 +183,8 @@ def _operator_exact(name: str, eqn: Any) -> bool:
         return dtype == np.bool_ or jnp.issubdtype(dtype, jnp.integer)
     if name in ("add", "sub", "mul"):
         return dtype != np.bool_  # jnp turns `+` on bools into `or`
+    if name == "pow":  # `x ** 2.0` binds pow; an int exponent binds integer_pow, int `x` a loop
+        return jnp.issubdtype(dtype, jnp.inexact) and jnp.issubdtype(_dtype(eqn.invars[1]), jnp.inexact)
     return True
 
 
@@ -195,7 +198,7 @@ def _max_min(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 
 @rule(
-    "rem", "pow", "atan2", "nextafter", "complex", "shift_left", "shift_right_arithmetic",
+    "rem", "atan2", "nextafter", "complex", "shift_left", "shift_right_arithmetic",
     "shift_right_logical", "igamma", "igammac", "igamma_grad_a", "random_gamma_grad", "polygamma",
     "zeta", "mulhi",
 )
