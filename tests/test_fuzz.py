@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from fuzzing.coverage import COVERAGE
-from fuzzing.programs import Program, programs
+from fuzzing.draw import programs
+from fuzzing.programs import Program
 from fuzzing.regressions import F32, REGRESSIONS, TORCHAX_ISSUES, program
 from fuzzing.roundtrip import Crash, TorchaxDivergence, TorchaxError, roundtrip
 from hypothesis import HealthCheck, example, given, reject, settings

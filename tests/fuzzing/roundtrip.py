@@ -30,8 +30,9 @@ import numpy as np
 import torch
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-from fuzzing.harness import jaxpr_difference, program_difference, render_function, struct
+from fuzzing.harness import program_difference, render_function, struct
 from fuzzing.programs import Program
+from fuzzing.structure import jaxpr_difference
 from jaxside.tracing import CaptureError, capture
 from jaxside.tracing._internals import to_jax_array, to_jax_dtype, torchax
 
