@@ -163,8 +163,10 @@ def _skeleton(node: ast.AST, local: set[str]) -> str:
 
 
 def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[ast.expr | None]] | None:
-    """The flags (name, value per kind) and the condition of each merged statement."""
+    """The flags (name, value per kind) and the condition of each merged statement. A line some
+    kinds ran otherwise (`self.act(x)`, a ReLU here, a Tanh there) is no branch: None."""
     every = set(range(len(reps)))
+    lines = [{(s.site.file, s.site.line) for s in f.body if s.site is not None} for f in reps]
     flags: list[tuple[str, list[bool]]] = []
     whens: list[ast.expr | None] = []
     for element in elements:
@@ -172,8 +174,9 @@ def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[as
             whens.append(None)
             continue
         r = min(element)
-        found = _branch(reps[r], reps[r].body[element[r]].site)
-        if found is None:
+        site = reps[r].body[element[r]].site
+        found = _branch(reps[r], site)
+        if found is None or any((site.file, site.line) in lines[k] for k in every - set(element)):
             return None
         name, value = found
         vector = [(k in element) == value for k in range(len(reps))]
