@@ -25,6 +25,7 @@ from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Keyword, named
+from jaxside.render.lower.kinds import branch
 
 Difference = tuple[ast.AST, str, int | None, list[Any]]
 """Where a number differs between the defs: (parent, field, index or None, value in each def,
@@ -159,32 +160,7 @@ def kind_suffixes(functions: list[Function]) -> dict[int, str]:
     for k, function in enumerate(functions):
         others = set().union(*(set(lines[j]) for j in range(len(functions)) if j != k))
         own = sorted(set(lines[k]) - others)
-        name = _branch_name(lines[k][own[0]], function) if own else None
-        if name:
-            suffixes[id(function)] = f"_{name}"
+        found = branch(function, lines[k][own[0]]) if own else None
+        if found:  # `_downsample`, `_no_downsample` in its `else`
+            suffixes[id(function)] = f"_{found[0]}" if found[1] else f"_no_{found[0]}"
     return suffixes
-
-
-def _branch_name(site: Any, function: Function) -> str | None:
-    branch = torch_source.around(site, (ast.If,))
-    if isinstance(branch, ast.If) and branch.lineno > function.calls[0].line:
-        taken = not branch.orelse or site.line < branch.orelse[0].lineno
-        name = _condition(branch.test, taken)
-        if name:
-            return name
-    found = torch_source.expression(site)
-    call = next((n for n in ast.walk(found[0]) if isinstance(n, ast.Call)), None) if found else None
-    return call.func.attr if call is not None and isinstance(call.func, ast.Attribute) else None
-
-
-def _condition(test: ast.expr, holds: bool) -> str | None:
-    """`downsample` for `self.downsample is not None` holding, `no_downsample` for it failing."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _condition(test.operand, not holds)
-    if (
-        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
-    ):
-        return _condition(test.left, holds == isinstance(test.ops[0], ast.IsNot))
-    name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
-    return name if name is None or holds else f"no_{name}"

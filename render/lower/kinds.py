@@ -175,7 +175,7 @@ def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[as
             continue
         r = min(element)
         site = reps[r].body[element[r]].site
-        found = _branch(reps[r], site)
+        found = branch(reps[r], site)
         if found is None or any((site.file, site.line) in lines[k] for k in every - set(element)):
             return None
         name, value = found
@@ -192,33 +192,33 @@ def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[as
     return (flags, whens) if len(set(names)) == len(names) else None
 
 
-def _branch(function: Function, site: Any) -> tuple[str, bool] | None:
+def branch(function: Function, site: Any) -> tuple[str, bool] | None:
     """The flag a statement at `site` runs under and the value it runs at: (`downsample`, True)
     inside `if self.downsample is not None:`, (`x`, False) in its `else` or under `if not
     self.x:`; else (the attribute the line calls, True)."""
     if site is None:
         return None
-    branch = torch_source.around(site, (ast.If,))
-    if isinstance(branch, ast.If) and branch.lineno > function.calls[0].line:
-        taken = not branch.orelse or site.line < branch.orelse[0].lineno
-        atom = condition(branch.test)
-        return (atom[0], atom[1] == taken) if atom else None
+    around = torch_source.around(site, (ast.If,))
+    atom = _condition(around.test) if isinstance(around, ast.If) else None
+    if isinstance(around, ast.If) and atom and around.lineno > function.calls[0].line:
+        taken = not around.orelse or site.line < around.orelse[0].lineno
+        return atom[0], atom[1] == taken
     found = torch_source.expression(site)
     call = next((n for n in ast.walk(found[0]) if isinstance(n, ast.Call)), None) if found else None
     return (call.func.attr, True) if call is not None and isinstance(call.func, ast.Attribute) else None
 
 
-def condition(test: ast.expr) -> tuple[str, bool] | None:
+def _condition(test: ast.expr) -> tuple[str, bool] | None:
     """The name a torch `if` tests and whether the test holds when it is set: (`downsample`,
     True) for `self.downsample is not None`, (`has_skip`, False) for `not self.has_skip`."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = condition(test.operand)
+        inner = _condition(test.operand)
         return (inner[0], not inner[1]) if inner else None
     if (
         isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
         and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
     ):
-        inner = condition(test.left)
+        inner = _condition(test.left)
         return (inner[0], inner[1] == isinstance(test.ops[0], ast.IsNot)) if inner else None
     name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
     return (name, True) if name else None
