@@ -110,19 +110,24 @@ class Residual(torch.nn.Module):
 
 def test_a_value_only_some_calls_compute_is_aliased_in_the_others():
     torch.manual_seed(0)
-    config = [(3, 8, 2), (8, 8, 1), (8, 8, 1), (8, 16, 2), (16, 16, 1)]
+    config = [(3, 8, 2), (8, 8, 1), (8, 8, 1), (8, 16, 2), (16, 16, 1), (16, 32, 1)]
     model = torch.nn.Sequential(*(Residual(*c) for c in config)).eval()
     module, program = export(model, torch.randn(1, 3, 16, 16))
     (block,) = defs_of(program, "Residual.forward").values()
-    assert [a.arg for a in block.args.kwonlyargs] == ["stride", "downsample"]
+    assert [a.arg for a in block.args.kwonlyargs] == ["conv_stride", "downsample_stride", "downsample"]
+    assert [ast.unparse(d) if d else None for d in block.args.kw_defaults] == [None, "2", "False"]
     (branch,) = [n for n in ast.walk(block) if isinstance(n, ast.If)]
     assert ast.unparse(branch.test) == "downsample"
     assert [ast.unparse(s) for s in branch.orelse] == ["shortcut = x"]
     text = render_program(program, source="test")
     assert "    if downsample:\n" in text and "\n    else:\n        shortcut = x\n" in text
-    # three blocks of five keep the shortcut: the default is False, the others pass True
-    assert [k.endswith("downsample=True") for k in keywords_of_calls(program, block.name)] == [
-        True, False, False, True, False]
+    # three blocks of six keep the shortcut: the default is False; the downsample's stride,
+    # fitted over the three that downsample, defaults to theirs most pass
+    assert keywords_of_calls(program, block.name) == [
+        "conv_stride=2, downsample=True", "conv_stride=1", "conv_stride=1",
+        "conv_stride=2, downsample=True", "conv_stride=1",
+        "conv_stride=1, downsample_stride=1, downsample=True",
+    ]
     assert_equals_torch(module, program, model, torch.randn(3, 3, 16, 16))
 
 
