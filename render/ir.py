@@ -142,6 +142,14 @@ class Function:
     keywords: list[Keyword] = field(default_factory=list)
     """Keyword-only parameters: config numbers that differ between the calls sharing the def."""
 
+    def running(self, when: ast.expr) -> int:
+        """How many of its calls run the statements under `when` (`downsample`, `not downsample`)."""
+        negated = isinstance(when, ast.UnaryOp)
+        flag = when.operand if isinstance(when, ast.UnaryOp) else when
+        keyword = next(k for k in self.keywords if isinstance(flag, ast.Name) and k.name == flag.id)
+        values = [keyword.values.get(id(call), keyword.default) for call in self.calls]
+        return sum(isinstance(v, ast.Constant) and bool(v.value) != negated for v in values)
+
     def node(self) -> ast.FunctionDef:
         body: list[ast.stmt] = []
         if self.doc:
