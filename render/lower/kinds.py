@@ -46,9 +46,10 @@ class Merged:
 
     body: list[Statement]
     returns: ast.expr | None
-    rows: list[list[tuple[Function, ast.stmt]]]
-    """For each statement of `body`, then the return: every function that ran it with its
-    statement there, the merged def's own first (the node whose numbers become expressions)."""
+    rows: list[list[tuple[Function, ast.stmt, ast.stmt]]]
+    """For each statement of `body`, then the return: every function that ran it, with the
+    statement there and the same with that function's own names; the merged def's first (the
+    node whose numbers become expressions, with the merged names)."""
     flags: list[tuple[str, list[bool]]]
     """Each flag's name and value in each kind."""
     names: list[dict[str, str]]
@@ -82,40 +83,46 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
             body, returns, origins = built
             rows = [_row(kinds, reps, origin, statement.plain()) for statement, origin in zip(body, origins)]
             if returns is not None:
-                rows.append(_row(kinds, reps, {k: -1 for k in range(len(reps))}, ast.Return(returns)))
+                rows.append(_row(kinds, reps, dict.fromkeys(range(len(reps)), -1), ast.Return(returns)))
             return Merged(body, returns, rows, flags, builder.maps)
     return None
 
 
 def _row(kinds: list[list[Function]], reps: list[Function], origin: Element | None, node: ast.stmt) -> list:
     if origin is None:  # an alias: no numbers
-        return [(reps[0], node)]
+        return [(reps[0], node, node)]
+
+    def own(function: Function, index: int) -> ast.stmt:
+        return ast.Return(function.returns) if index < 0 else function.body[index].plain()
+
     r = min(origin)
-    row = [(reps[r], node)]
+    row = [(reps[r], node, own(reps[r], origin[r]))]
     for k in sorted(origin):
-        for function in kinds[k]:
-            if function is not reps[r]:
-                mine = ast.Return(function.returns) if origin[k] < 0 else function.body[origin[k]].plain()
-                row.append((function, mine))
+        row += [(f, own(f, origin[k]), own(f, origin[k])) for f in kinds[k] if f is not reps[r]]
     return row
 
 
 # -- lining up ---------------------------------------------------------------------------------------
 
 
-def _key(function: Function, index: int) -> tuple:
-    statement = function.body[index]
-    site = statement.site
-    where = (site.file, site.line, site.col, site.end_line, site.end_col) if site else None
-    return where, _skeleton(statement.plain(), _locals(function))
+def _keys(function: Function) -> list[tuple]:
+    """What lines up between kinds, for each statement: its torch expression and its form."""
+    local = _locals(function)
+    keys = []
+    for statement in function.body:
+        site = statement.site
+        where = (site.file, site.line, site.col, site.end_line, site.end_col) if site else None
+        keys.append((where, _skeleton(statement.plain(), local)))
+    return keys
 
 
 def _align(reps: list[Function]) -> list[Element] | None:
     """The merged statements in order: the first kind's, with each other kind's lined up."""
     elements: list[Element] = [{0: i} for i in range(len(reps[0].body))]
+    of = [_keys(f) for f in reps]
     for k in range(1, len(reps)):
-        keys = [_key(reps[min(e)], e[min(e)]) for e in elements]
-        mine = [_key(reps[k], j) for j in range(len(reps[k].body))]
+        keys = [of[min(e)][e[min(e)]] for e in elements]
+        mine = of[k]
         n, m = len(keys), len(mine)
         if n * m > _MAX_CELLS:
             return None

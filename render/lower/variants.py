@@ -77,6 +77,7 @@ def _merge_shapes(variants: list[Group]) -> None:
     rows = [[(f, f.body[i].node()) for f in functions] for i in range(len(first.body))]
     if first.returns is not None:
         rows.append([(f, ast.Return(f.returns)) for f in functions])
+    rows = [[(f, node, node) for f, node in row] for row in rows]
     if _fit_numbers(first, rows, functions):
         _share(variants, first, functions)
 
@@ -116,8 +117,9 @@ def _flags(first: Function, merged: Merged, functions: list[list[Function]]) -> 
     return keywords
 
 
-Row = list[tuple[Function, ast.stmt]]
-"""One statement of a merged def in each function that ran it, the merged def's own first."""
+Row = list[tuple[Function, ast.stmt, ast.stmt]]
+"""One statement of a merged def in each function that ran it, the merged def's own first:
+(function, statement, the statement as that function names its values)."""
 
 
 def _fit_numbers(first: Function, rows: list[Row], functions: list[Function]) -> bool:
@@ -127,10 +129,10 @@ def _fit_numbers(first: Function, rows: list[Row], functions: list[Function]) ->
     differences: list[tuple[ast.AST, str, int | None, list[Any], list[Function], list[dict]]] = []
     for row in rows:
         found: list[tuple[ast.AST, str, int | None, list[Any]]] = []
-        if not parallel_diff([node for _, node in row], found, numbers=True, names=False):
+        if not parallel_diff([node for _, node, _ in row], found, numbers=True, names=False):
             return False
         read = _read_shapes(row)
-        differences += [(*difference, [f for f, _ in row], read) for difference in found]
+        differences += [(*difference, [f for f, _, _ in row], read) for difference in found]
     if any(isinstance(parent, ast.stmt) for parent, *_ in differences):
         return False  # a statement's whole value: `Statement.node()` makes that node afresh each time
     tree = ast.Module([row[0][1] for row in rows], [])
@@ -156,12 +158,19 @@ def _fit_numbers(first: Function, rows: list[Row], functions: list[Function]) ->
 
 def _read_shapes(row: Row) -> list[dict[str, tuple[int, ...]]]:
     """For each function of the row, the shapes of the values its statement reads, by the names
-    the merged statement (the row's first) reads them by."""
-    loads = [[n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-             for _, node in row]
+    the merged statement (the row's first) reads them by; none where a name may be another's (a
+    nested def's, a lambda's or a comprehension's)."""
+    scoped = (ast.FunctionDef, ast.Lambda, ast.For, ast.comprehension)
+    if any(isinstance(n, scoped) for n in ast.walk(row[0][1])):
+        return [{} for _ in row]
+
+    def loads(node: ast.stmt) -> list[str]:
+        return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+    merged = loads(row[0][1])
     return [
-        {name: f.value_shapes[own] for name, own in zip(loads[0], mine) if own in f.value_shapes}
-        for (f, _), mine in zip(row, loads)
+        {name: f.value_shapes[own] for name, own in zip(merged, loads(mine)) if own in f.value_shapes}
+        for f, _, mine in row
     ]
 
 
