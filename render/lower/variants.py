@@ -88,9 +88,13 @@ def _merge_kinds(kinds: list[list[Group]]) -> bool:
     merged = merge_kinds(functions)
     every = [f for kind in functions for f in kind]
     first = every[0]
-    if merged is None or not _fit_numbers(first, merged.rows, every):
+    if merged is None:
         return False
-    first.body, first.returns = merged.body, merged.returns
+    before = first.body, first.returns
+    first.body, first.returns = merged.body, merged.returns  # what the config's names read
+    if not _fit_numbers(first, merged.rows, every):
+        first.body, first.returns = before
+        return False
     first.keywords += _flags(first, merged, functions)
     for k, names in enumerate(merged.names):
         first.param_shapes = {**functions[k][0].param_shapes, **first.param_shapes}
