@@ -10,8 +10,9 @@ A name bound again later (a loop's carry) is renamed everywhere as one, from its
 to its last read.  A statement under a flag of its def (`if downsample:`) is taken in order like
 any other: a value read after its `if` is bound on either path (before it, or in both branches),
 so what is dead in that order is dead on either path.  Conservative where Python's scoping makes
-rebinding subtle: a name first bound inside a loop, or read inside a nested def (which reads it when called, not when defined), is
-never renamed, and a name it holds is never given to another value.
+rebinding subtle: a name first bound inside a loop, or read inside a nested def (which reads it
+when called, not when defined), is never renamed, and a name it holds is never given to another
+value.
 """
 
 from __future__ import annotations
