@@ -76,7 +76,10 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
     if guards is None:
         return None
     flags, whens = guards
+    scope = first.scope
+    names, bases = dict(scope.names), dict(scope.bases)
     for rebind in (True, False):
+        scope.names, scope.bases = dict(names), dict(bases)  # none taken by a failed attempt
         builder = _Builder(reps, elements, whens, rebind)
         built = builder.build()
         if built is not None and _verified(reps, flags, *built):
@@ -85,6 +88,7 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
             if returns is not None:
                 rows.append(_row(kinds, reps, dict.fromkeys(range(len(reps)), -1), ast.Return(returns)))
             return Merged(body, returns, rows, flags, builder.maps)
+    scope.names, scope.bases = names, bases
     return None
 
 
