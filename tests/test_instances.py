@@ -137,15 +137,21 @@ class Act(torch.nn.Module):
         self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(x) * 2
+        y = self.act(x)
+        return torch.sigmoid(y) * 2
 
 
 def test_a_line_calls_ran_with_other_modules_keeps_a_def_per_kind():
-    model = torch.nn.Sequential(Act(torch.nn.ReLU()), Act(torch.nn.Tanh()), Act(torch.nn.ReLU())).eval()
+    nn = torch.nn
+    model = nn.Sequential(Act(nn.ReLU()), Act(nn.Tanh()), Act(nn.ReLU()), Act(nn.Identity())).eval()
     module, program = export(model, torch.randn(2, 8))
     acts = defs_of(program, "Act.forward")
+    # a ReLU or nothing: one def, `if act:`; a Tanh on that line: a def of its own
     assert len(acts) == 2
-    assert not any(isinstance(n, ast.If) for tree in acts.values() for n in ast.walk(tree))
+    relu, tanh = acts.values()
+    assert [a.arg for a in relu.args.kwonlyargs] == ["act"] and tanh.args.kwonlyargs == []
+    assert [ast.unparse(n.test) for n in ast.walk(relu) if isinstance(n, ast.If)] == ["act"]
+    assert "tanh" in ast.unparse(tanh) and not any(isinstance(n, ast.If) for n in ast.walk(tanh))
     x = torch.linspace(-2, 2, 24).reshape(3, 8)
     got = jax.jit(getattr(module, program.entry.name))(jnp.asarray(x.numpy()))
     np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-6, atol=1e-6)

@@ -33,8 +33,9 @@ _FORMS = ("atom", "mul", "div", "prod", "add")
 
 
 def merge_variants(level: list[Group]) -> dict[int, str]:
-    """Calls of one function that differ only in numbers share one def; the suffix of each def
-    of a function with defs of several kinds (`_downsample`), by the def's `id`."""
+    """Calls of one function share one def, or one per set of kinds that merge (a block whose
+    `self.act` is a ReLU and one whose is a Hardswish do not); the suffix of each def of a
+    function with several (`_se`), by the def's `id`."""
     by_code: dict[tuple, list[Group]] = {}
     suffixes: dict[int, str] = {}
     for group in level:
@@ -48,15 +49,38 @@ def merge_variants(level: list[Group]) -> dict[int, str]:
                 kinds.append([group])
             else:
                 kind.append(group)
-        if len(kinds) > 1 and _merge_kinds(kinds):
-            continue
-        for kind in kinds:
-            if len(kind) > 1:
-                _merge_shapes(kind)
-        if len(kinds) > 1:
-            functions = [kind[0].function for kind in kinds if kind[0].function is not None]
+        merged: list[list[Group]] = []  # the first group of each def
+        for together in _mergeable(kinds):
+            if len(together) > 1 and _merge_kinds(together):
+                merged.append(together[0])
+                continue
+            for kind in together:
+                if len(kind) > 1:
+                    _merge_shapes(kind)
+                merged.append(kind)
+        if len(merged) > 1:
+            functions = [kind[0].function for kind in merged if kind[0].function is not None]
             suffixes.update(kind_suffixes(functions))
     return suffixes
+
+
+def _mergeable(kinds: list[list[Group]]) -> list[list[list[Group]]]:
+    """The kinds in sets that merge into one def each: each kind joins the first set it merges
+    with (`render.lower.kinds`), else starts its own."""
+    sets: list[list[list[Group]]] = []
+    for kind in kinds:
+        for together in sets:
+            scope = together[0][0].function.scope  # type: ignore[union-attr]
+            names, bases = dict(scope.names), dict(scope.bases)
+            trial = [[g.function for g in k if g.function is not None] for k in [*together, kind]]
+            fits = merge_kinds(trial) is not None
+            scope.names, scope.bases = names, bases  # a trial: the merge itself comes later
+            if fits:
+                together.append(kind)
+                break
+        else:
+            sets.append([kind])
+    return sets
 
 
 def _alike(a: Group, b: Group) -> bool:
