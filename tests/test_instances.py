@@ -3,8 +3,8 @@ branches some instances took under flags.
 
 Blocks built with other widths, strides and kernel sizes run the same torch method; the export
 writes one def for it and passes each call its own config, as a hand port does; lines only some
-blocks ran go under a keyword-only flag (`if has_skip:`), lines blocks ran with other modules
-keep one def per kind. Each test runs the export under `jax.jit` and compares it with torch
+blocks ran go under a keyword-only flag (`if has_skip:`); blocks that ran a line with other
+modules (a ReLU, a Tanh) keep apart. Each test runs the export under `jax.jit` and compares it with torch
 eager directly.
 """
 
@@ -141,7 +141,7 @@ class Act(torch.nn.Module):
         return torch.sigmoid(y) * 2
 
 
-def test_a_line_calls_ran_with_other_modules_keeps_a_def_per_kind():
+def test_a_line_run_with_other_modules_parts_the_kinds_into_defs_that_merge():
     nn = torch.nn
     model = nn.Sequential(Act(nn.ReLU()), Act(nn.Tanh()), Act(nn.ReLU()), Act(nn.Identity())).eval()
     module, program = export(model, torch.randn(2, 8))
