@@ -33,6 +33,8 @@ class Note:
     """How many times it ran, over every call."""
     variants: int = 1
     """How many different JAX forms it had (calls with other shapes or dtypes)."""
+    calls: int | None = None
+    """How many calls of its def ran it, where not every one did (a statement under a flag)."""
 
 
 class SourceMap:
@@ -147,9 +149,9 @@ def notes_for(
         definition = source_map.function_at(first.line) if _same_file(first.file, target) else None
         if definition is None:
             continue
-        calls = len(function.calls)
         notes = _function_notes(function, trace, source_map, definition, target, shapes)
         for line, note in notes.items():
+            calls = len(function.calls) if note.calls is None else note.calls
             if line in merged:
                 merged[line].count += note.count * calls
                 merged[line].variants += 1
@@ -170,7 +172,9 @@ def _function_notes(
     caller by the export) is shown with the next statement of this function.
     """
     first_line, last_line = definition.lineno, definition.end_lineno or definition.lineno
-    keywords = ["*", *(k.name for k in function.keywords)] if function.keywords else []
+    keywords = [k.name if k.default is None else f"{k.name}={ast.unparse(k.default)}"
+                for k in function.keywords]
+    keywords = ["*", *keywords] if keywords else []
     signature = f"jax: def {function.name}({', '.join(function.params + keywords)})"
     notes: dict[int, Note] = {definition.lineno: Note([signature], 1)}
     anchor, spans, first_run, pending = None, set(), True, []
@@ -192,6 +196,8 @@ def _function_notes(
             note.count += runs
             first_run = note.count == runs
         spans.add(span)
+        if statement.when is not None:
+            note.calls = function.running(statement.when)
         if first_run:
             for shown in [*pending, statement]:
                 text = statement_text(shown, trace, shapes=shapes)

@@ -40,8 +40,16 @@ class Statement:
     call: Call | None = None
     target: ast.expr | None = None
     """The assignment target when it is not a flat tuple of `targets` (`(k, v), state = ...`)."""
+    when: ast.expr | None = field(default=None, kw_only=True)
+    """The flag it runs under in a def shared by calls that took other branches (`downsample`,
+    `not has_skip`): the statement is `if when: ...`, and runs of them make one `if`/`else`."""
 
     def node(self) -> ast.stmt:
+        plain = self.plain()
+        return plain if self.when is None else ast.If(self.when, [plain], [])
+
+    def plain(self) -> ast.stmt:
+        """The statement without its `if when:`."""
         if self.target is not None:
             target = self.target
         elif not self.targets:
@@ -88,10 +96,15 @@ class Keyword:
 
     name: str
     values: dict[int, ast.expr]
+    default: ast.expr | None = None
+    """Its default (`downsample=False`), which the calls passing that value leave out."""
 
-    def at(self, call: Call) -> ast.keyword:
-        """The `stride=2` a call passes."""
-        return ast.keyword(self.name, copy.deepcopy(self.values[id(call)]))
+    def at(self, call: Call) -> ast.keyword | None:
+        """The `stride=2` a call passes; None where it passes the default."""
+        value = self.values.get(id(call))
+        if value is None or self.default is not None and ast.dump(value) == ast.dump(self.default):
+            return None
+        return ast.keyword(self.name, copy.deepcopy(value))
 
 
 @dataclass
@@ -129,19 +142,55 @@ class Function:
     keywords: list[Keyword] = field(default_factory=list)
     """Keyword-only parameters: config numbers that differ between the calls sharing the def."""
 
+    def running(self, when: ast.expr) -> int:
+        """How many of its calls run the statements under `when` (`downsample`, `not downsample`)."""
+        negated = isinstance(when, ast.UnaryOp)
+        flag = when.operand if isinstance(when, ast.UnaryOp) else when
+        keyword = next(k for k in self.keywords if isinstance(flag, ast.Name) and k.name == flag.id)
+        values = [keyword.values.get(id(call), keyword.default) for call in self.calls]
+        return sum(isinstance(v, ast.Constant) and bool(v.value) != negated for v in values)
+
     def node(self) -> ast.FunctionDef:
         body: list[ast.stmt] = []
         if self.doc:
             body.append(ast.Expr(ast.Constant(self.doc)))
-        body += [s.node() for s in self.body]
+        body += blocks(self.body)
         if self.returns is not None:
             body.append(ast.Return(self.returns))
         if not body:
             body.append(ast.Pass())
         kwonly = [ast.arg(k.name) for k in self.keywords]
+        defaults = [copy.deepcopy(k.default) for k in self.keywords]
         positional = [ast.arg(p) for p in self.params]
-        args = ast.arguments([], positional, None, kwonly, [None] * len(kwonly), None, [])
+        args = ast.arguments([], positional, None, kwonly, defaults, None, [])
         return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
+
+
+def blocks(statements: list[Statement]) -> list[ast.stmt]:
+    """The statements as `ast`, each run under one flag one `if`, a run under its negation
+    right after it that `if`'s `else`."""
+    nodes: list[ast.stmt] = []
+    previous: ast.expr | None = None
+    for statement in statements:
+        node = statement.node()
+        when = statement.when
+        last = nodes[-1] if nodes else None
+        if when is None or not isinstance(last, ast.If) or previous is None:
+            nodes.append(node)
+        elif ast.dump(when) == ast.dump(previous):
+            (last.orelse or last.body).append(statement.plain())
+        elif not last.orelse and ast.dump(when) == ast.dump(_negated(previous)):
+            last.orelse.append(statement.plain())
+        else:
+            nodes.append(node)
+        previous = when
+    return nodes
+
+
+def _negated(test: ast.expr) -> ast.expr:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand
+    return ast.UnaryOp(ast.Not(), test)
 
 
 @dataclass(frozen=True)

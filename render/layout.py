@@ -119,9 +119,12 @@ def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
             if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 lines.append("")
         return lines + format_body(body, indent + 4, width, function=True)
-    if isinstance(node, ast.If) and not node.orelse:  # a size check at the top of an entry
-        head = laid("if ", docs.value(node.test), ":")
-        return head + format_body(node.body, indent + 4, width, function=False)
+    if isinstance(node, ast.If):  # a size check, or statements only some calls of a shared def run
+        lines = laid("if ", docs.value(node.test), ":")
+        lines += format_body(node.body, indent + 4, width, function=False)
+        if node.orelse:
+            lines += [pad + "else:", *format_body(node.orelse, indent + 4, width, function=False)]
+        return lines
     if isinstance(node, ast.Raise) and node.exc is not None and node.cause is None:
         return laid("raise ", docs.value(node.exc))
     if isinstance(node, ast.For):

@@ -62,6 +62,12 @@ for aaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbbbbbb in zip(cccccccccccccccccccccc, d
     pass
 def inner(aaaaaaaaaa, bbbbbbbbbbbbb, cccccccccccc, ddddddddddddddd, eeee, fffffffffffffffffffff):
     return aaaaaaaaaa, bbbbbbbbbbbbb, cccccccccccc, ddddddddddddddd, eeeeeeeeeeeeeee
+if downsampleeeeeeeeeeeeeeeeeeeeeeeeeeee:
+    shortcut = fooooooooooooooooooooooooooooooo(xxxxxxxxxxxxxxxxxxxxxxxxxx, yyyyyyyyyyyyyyyyy)
+else:
+    shortcut = x
+if not has_skip:
+    x = x + shortcut
 return aaaaaaaaaaaaaaaaaaaaaaaaa, fooooooooooooooooo(bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb)
 """
 

@@ -324,7 +324,7 @@ class CallDef(Body):
             self.uses_state = True
             args.append(low.state_tree.subscript(named("state"), below, node.anchor or ""))
         args += call_args(function, [self.expr(v) for v in self._call_operands(child, function)])
-        keywords = [keyword.at(child.call) for keyword in function.keywords]
+        keywords = [k for k in (keyword.at(child.call) for keyword in function.keywords) if k is not None]
         value: ast.expr = ast.Call(named(function.name), args, keywords)
         returned = self.tree.returned(child)
         extras = [child.outputs[i] for i in function.out_slots]

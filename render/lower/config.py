@@ -10,21 +10,26 @@ inside a keyword of a call takes that keyword's torch name (`stride`, `padding`,
 `stride=stride`); a tuple whose numbers are equal in each call is one number (`(stride, stride)`),
 any other is passed whole. Numbers with the same name and the same value in every call are one
 argument; the same name with other values takes the torch attribute called
-(`conv_dw_stride`). The def runs the very same Python numbers at each call, so it stages the
-same equations as the defs it replaces.
+(`conv_dw_stride`). A number only some calls' statements have (one under a flag of the def,
+`render.lower.kinds`) defaults to the commonest value, which those calls leave out. The def runs
+the very same Python numbers at each call, so it stages the same equations as the defs it
+replaces.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+from collections import Counter
 from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Keyword, named
+from jaxside.render.lower.kinds import branch
 
 Difference = tuple[ast.AST, str, int | None, list[Any]]
-"""Where a number differs between the defs: (parent, field, index or None, value in each def)."""
+"""Where a number differs between the defs: (parent, field, index or None, value in each def,
+None in a def that did not run that statement)."""
 
 TORCH_NAMES = {
     "window_strides": "stride",
@@ -50,19 +55,21 @@ def config_keywords(
         by_place.setdefault(key, (holder, [], []))
         by_place[key][1].append(constant)
         by_place[key][2].append(values)
-    found: list[tuple[str, list[ast.expr], int, list[tuple[ast.AST, str, int | None]]]] = []
+    found: list[tuple[str, list[ast.expr | None], int, list[tuple[ast.AST, str, int | None]]]] = []
     for holder, constants, rows in by_place.values():
-        name = _base_name(holder, rows[0])
+        name = _base_name(holder, [v for v in rows[0] if v is not None])
         uniform = all(len({row[k] for row in rows}) == 1 for k in range(len(functions)))
+        ran = [k for k in range(len(functions)) if rows[0][k] is not None]
+        given: list[ast.expr | None] = [None] * len(functions)
         if holder is None or uniform:
-            given: list[ast.expr] = [ast.Constant(rows[0][k]) for k in range(len(functions))]
+            for k in ran:
+                given[k] = ast.Constant(rows[0][k])
             places = [_place(c, parents) for c in constants]
         else:
-            given = []
-            for k in range(len(functions)):
+            for k in ran:
                 for constant, row in zip(constants, rows):
                     constant.value = row[k]
-                given.append(copy.deepcopy(holder.value))
+                given[k] = copy.deepcopy(holder.value)
             places = [(holder, "value", None)]
         found.append((name, given, statements.get(id(constants[0]), -1), places))
     return _named(function, functions, found)
@@ -95,29 +102,38 @@ def _base_name(holder: ast.keyword | None, values: list[Any]) -> str:
 def _named(
     function: Function,
     functions: list[Function],
-    found: list[tuple[str, list[ast.expr], int, list[tuple[ast.AST, str, int | None]]]],
+    found: list[tuple[str, list[ast.expr | None], int, list[tuple[ast.AST, str, int | None]]]],
 ) -> list[Keyword]:
     """One keyword per name and values; a name with other values prefixed by its torch attribute."""
     values_of: dict[str, set[str]] = {}
     for name, given, _, _ in found:
-        values_of.setdefault(name, set()).add(repr([ast.dump(g) for g in given]))
+        values_of.setdefault(name, set()).add(_dumps(given))
     keywords: dict[tuple[str, str], Keyword] = {}
     for name, given, statement, places in found:
-        values = repr([ast.dump(g) for g in given])
+        values = _dumps(given)
         base = name
         if len(values_of[name]) > 1:
             attribute = _attribute(function, statement)
             base = f"{attribute}_{name}" if attribute else name
         keyword = keywords.get((base, values))
         if keyword is None:
-            by_call = {id(call): expr for f, expr in zip(functions, given) for call in f.calls}
-            keyword = keywords[(base, values)] = Keyword(function.scope.fresh(base, "argument"), by_call)
+            by_call = {id(c): expr for f, expr in zip(functions, given) if expr is not None for c in f.calls}
+            default = None
+            if None in given:  # calls that do not run it pass nothing: the commonest value
+                dumps = Counter(ast.dump(v) for v in by_call.values())
+                default = next(v for v in by_call.values() if ast.dump(v) == dumps.most_common(1)[0][0])
+            fresh = function.scope.fresh(base, "argument")
+            keyword = keywords[(base, values)] = Keyword(fresh, by_call, copy.deepcopy(default))
         for parent, attr, index in places:
             if index is None:
                 setattr(parent, attr, named(keyword.name))
             else:
                 getattr(parent, attr)[index] = named(keyword.name)
     return list(keywords.values())
+
+
+def _dumps(given: list[ast.expr | None]) -> str:
+    return repr([None if g is None else ast.dump(g) for g in given])
 
 
 def _attribute(function: Function, statement: int) -> str | None:
@@ -144,32 +160,7 @@ def kind_suffixes(functions: list[Function]) -> dict[int, str]:
     for k, function in enumerate(functions):
         others = set().union(*(set(lines[j]) for j in range(len(functions)) if j != k))
         own = sorted(set(lines[k]) - others)
-        name = _branch_name(lines[k][own[0]], function) if own else None
-        if name:
-            suffixes[id(function)] = f"_{name}"
+        found = branch(function, lines[k][own[0]]) if own else None
+        if found:  # `_downsample`, `_no_downsample` in its `else`
+            suffixes[id(function)] = f"_{found[0]}" if found[1] else f"_no_{found[0]}"
     return suffixes
-
-
-def _branch_name(site: Any, function: Function) -> str | None:
-    branch = torch_source.around(site, (ast.If,))
-    if isinstance(branch, ast.If) and branch.lineno > function.calls[0].line:
-        taken = not branch.orelse or site.line < branch.orelse[0].lineno
-        name = _condition(branch.test, taken)
-        if name:
-            return name
-    found = torch_source.expression(site)
-    call = next((n for n in ast.walk(found[0]) if isinstance(n, ast.Call)), None) if found else None
-    return call.func.attr if call is not None and isinstance(call.func, ast.Attribute) else None
-
-
-def _condition(test: ast.expr, holds: bool) -> str | None:
-    """`downsample` for `self.downsample is not None` holding, `no_downsample` for it failing."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _condition(test.operand, not holds)
-    if (
-        isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
-        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
-    ):
-        return _condition(test.left, holds == isinstance(test.ops[0], ast.IsNot))
-    name = test.attr if isinstance(test, ast.Attribute) else test.id if isinstance(test, ast.Name) else None
-    return name if name is None or holds else f"no_{name}"

@@ -309,7 +309,7 @@ def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
         nodes: list[ast.stmt] = []
         for statement in body:
             node = statement.node()
-            redirect[id(node)] = (statement, "value")
+            redirect[id(node.body[0] if statement.when is not None else node)] = (statement, "value")
             if isinstance(statement, Loop) and isinstance(node, ast.For):
                 node.body = statements(statement.body, owner)
             elif isinstance(statement, Define) and statement.function is not None:

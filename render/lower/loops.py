@@ -39,6 +39,8 @@ def reroll(low: Context, function: Function, defs: frozenset[str]) -> None:
 
 
 def _calls_of(statement: Statement, defs: frozenset[str]) -> str | None:
+    if statement.when is not None:
+        return None  # under a flag of its def: not rolled (a loop of it would need its `if`)
     if statement.call is not None and isinstance(statement.value, ast.Call):
         func = statement.value.func
     else:  # a call folded into the statement's expression

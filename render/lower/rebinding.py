@@ -7,9 +7,12 @@ the statement that rebinds it), as people write JAX: `q = jnp.reshape(q, ...)`; 
 only where the old value is still needed.  Nothing else moves, so what is computed is unchanged.
 
 A name bound again later (a loop's carry) is renamed everywhere as one, from its first binding
-to its last read.  Conservative where Python's scoping makes rebinding subtle: a name first bound
-inside a loop, or read inside a nested def (which reads it when called, not when defined), is
-never renamed, and a name it holds is never given to another value.
+to its last read.  A statement under a flag of its def (`if downsample:`) is taken in order like
+any other: a value read after its `if` is bound on either path (before it, or in both branches),
+so what is dead in that order is dead on either path.  Conservative where Python's scoping makes
+rebinding subtle: a name first bound inside a loop, or read inside a nested def (which reads it
+when called, not when defined), is never renamed, and a name it holds is never given to another
+value.
 """
 
 from __future__ import annotations

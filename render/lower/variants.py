@@ -1,14 +1,16 @@
-"""Calls of one function that differ only in numbers share one def (one per kind).
+"""Calls of one function share one def: numbers as sizes or arguments, branches under flags.
 
 Defs written for the same torch function whose bodies differ only in numbers are merged. A
 number that follows the sizes of the def's arguments becomes `x.shape[d]` (or `x.shape[1] * 2`),
 else one that a parameter's size gives `params["conv"]["bias"].shape[0]`, else a keyword-only
 argument each call passes (`stride=2`, `render.lower.config`): blocks of a ResNet or an
 EfficientNet with other widths, strides and kernels share a def. Defs whose bodies differ
-otherwise (a block that ran its downsample branch, one that did not) stay apart, one per kind,
-named by the branch (`basic_block_forward_downsample`). Comparing defs and fitting numbers to
-sizes (`parallel_diff`, `fit`) live here; `render.lower.dims` does the same across programs
-traced at other input sizes.
+otherwise (a block that ran its downsample branch, one that did not: two kinds) are merged too,
+the statements only some ran under a flag each call passes (`downsample=True`,
+`render.lower.kinds`); numbers are fitted over the calls that ran each statement. Kinds that
+cannot be merged stay apart, named by the branch (`basic_block_forward_downsample`). Comparing
+defs and fitting numbers to sizes (`parallel_diff`, `fit`) live here; `render.lower.dims` does
+the same across programs traced at other input sizes.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from jaxside.render.ir import Function, named
+from jaxside.render.ir import Function, Keyword, named
 from jaxside.render.lower.calltree import Group
 from jaxside.render.lower.config import config_keywords, kind_suffixes
+from jaxside.render.lower.kinds import Merged, merge_kinds
 
 Atom = tuple[str, int]
 """A dimension of a def's argument: (parameter, axis)."""
@@ -30,8 +33,9 @@ _FORMS = ("atom", "mul", "div", "prod", "add")
 
 
 def merge_variants(level: list[Group]) -> dict[int, str]:
-    """Calls of one function that differ only in numbers share one def; the suffix of each def
-    of a function with defs of several kinds (`_downsample`), by the def's `id`."""
+    """Calls of one function share one def, or one per set of kinds that merge (a block whose
+    `self.act` is a ReLU and one whose is a Hardswish do not); the suffix of each def of a
+    function with several (`_se`), by the def's `id`."""
     by_code: dict[tuple, list[Group]] = {}
     suffixes: dict[int, str] = {}
     for group in level:
@@ -45,13 +49,38 @@ def merge_variants(level: list[Group]) -> dict[int, str]:
                 kinds.append([group])
             else:
                 kind.append(group)
-        for kind in kinds:
-            if len(kind) > 1:
-                _merge_shapes(kind)
-        if len(kinds) > 1:
-            functions = [kind[0].function for kind in kinds if kind[0].function is not None]
+        merged: list[list[Group]] = []  # the first group of each def
+        for together in _mergeable(kinds):
+            if len(together) > 1 and _merge_kinds(together):
+                merged.append(together[0])
+                continue
+            for kind in together:
+                if len(kind) > 1:
+                    _merge_shapes(kind)
+                merged.append(kind)
+        if len(merged) > 1:
+            functions = [kind[0].function for kind in merged if kind[0].function is not None]
             suffixes.update(kind_suffixes(functions))
     return suffixes
+
+
+def _mergeable(kinds: list[list[Group]]) -> list[list[list[Group]]]:
+    """The kinds in sets that merge into one def each: each kind joins the first set it merges
+    with (`render.lower.kinds`), else starts its own."""
+    sets: list[list[list[Group]]] = []
+    for kind in kinds:
+        for together in sets:
+            scope = together[0][0].function.scope  # type: ignore[union-attr]
+            names, bases = dict(scope.names), dict(scope.bases)
+            trial = [[g.function for g in k if g.function is not None] for k in [*together, kind]]
+            fits = merge_kinds(trial) is not None
+            scope.names, scope.bases = names, bases  # a trial: the merge itself comes later
+            if fits:
+                together.append(kind)
+                break
+        else:
+            sets.append([kind])
+    return sets
 
 
 def _alike(a: Group, b: Group) -> bool:
@@ -66,32 +95,120 @@ def _alike(a: Group, b: Group) -> bool:
 
 
 def _merge_shapes(variants: list[Group]) -> None:
-    """Merge defs whose bodies differ only in numbers: those that follow the sizes of their
-    arguments or parameters become shape expressions, the others keyword-only arguments."""
+    """Merge defs whose bodies differ only in numbers."""
     functions = [g.function for g in variants if g.function is not None]
     first = functions[0]
-    trees = [_body_module(f) for f in functions]
-    differences: list[tuple[ast.AST, str, int | None, list[Any]]] = []
-    if not parallel_diff(trees, differences, numbers=True):
-        return
-    if any(isinstance(parent, ast.stmt) for parent, _, _, _ in differences):
-        return  # a statement's whole value: `Statement.node()` makes that node afresh each time
-    shapes = [f.arg_shapes for f in functions]
-    parents = {id(child): node for node in ast.walk(trees[0]) for child in ast.iter_child_nodes(node)}
+    rows = [[(f, f.body[i].node()) for f in functions] for i in range(len(first.body))]
+    if first.returns is not None:
+        rows.append([(f, ast.Return(f.returns)) for f in functions])
+    rows = [[(f, node, node) for f, node in row] for row in rows]
+    if _fit_numbers(first, rows, functions):
+        _share(variants, first, functions)
+
+
+def _merge_kinds(kinds: list[list[Group]]) -> bool:
+    """Merge the kinds of one function into one def under flags (`render.lower.kinds`)."""
+    functions = [[g.function for g in kind if g.function is not None] for kind in kinds]
+    merged = merge_kinds(functions)
+    every = [f for kind in functions for f in kind]
+    first = every[0]
+    if merged is None:
+        return False
+    before = first.body, first.returns
+    first.body, first.returns = merged.body, merged.returns  # what the config's names read
+    if not _fit_numbers(first, merged.rows, every):
+        first.body, first.returns = before
+        return False
+    first.keywords += _flags(first, merged, functions)
+    for k, names in enumerate(merged.names):
+        first.param_shapes = {**functions[k][0].param_shapes, **first.param_shapes}
+        for name, new in names.items():
+            if name in functions[k][0].value_shapes:
+                first.value_shapes.setdefault(new, functions[k][0].value_shapes[name])
+    _share([g for kind in kinds for g in kind], first, every)
+    return True
+
+
+def _flags(first: Function, merged: Merged, functions: list[list[Function]]) -> list[Keyword]:
+    """A keyword-only bool per flag, its default the value most calls pass."""
+    keywords = []
+    for name, vector in merged.flags:
+        fresh = first.scope.fresh(name, "argument")
+        for statement in merged.body:
+            for node in ast.walk(statement.when) if statement.when is not None else ():
+                if isinstance(node, ast.Name) and node.id == name:
+                    node.id = fresh
+        values = {id(c): ast.Constant(v) for kind, v in zip(functions, vector) for f in kind for c in f.calls}
+        set_by = sum(len(f.calls) for kind, v in zip(functions, vector) if v for f in kind)
+        default = ast.Constant(set_by > sum(len(f.calls) for kind in functions for f in kind) - set_by)
+        keywords.append(Keyword(fresh, values, default))
+    return keywords
+
+
+Row = list[tuple[Function, ast.stmt, ast.stmt]]
+"""One statement of a merged def in each function that ran it, the merged def's own first:
+(function, statement, the statement as that function names its values)."""
+
+
+def _fit_numbers(first: Function, rows: list[Row], functions: list[Function]) -> bool:
+    """Where the statements of a row (one statement of the merged def, in each function that ran
+    it, `first`'s first) differ in numbers: those that follow the sizes of their arguments or
+    parameters become shape expressions, the others keyword-only arguments of `first`."""
+    differences: list[tuple[ast.AST, str, int | None, list[Any], list[Function], list[dict]]] = []
+    for row in rows:
+        found: list[tuple[ast.AST, str, int | None, list[Any]]] = []
+        if not parallel_diff([node for _, node, _ in row], found, numbers=True, names=False):
+            return False
+        read = _read_shapes(row)
+        differences += [(*difference, [f for f, _, _ in row], read) for difference in found]
+    if any(isinstance(parent, ast.stmt) for parent, *_ in differences):
+        return False  # a statement's whole value: `Statement.node()` makes that node afresh each time
+    tree = ast.Module([row[0][1] for row in rows], [])
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    position = {id(f): k for k, f in enumerate(functions)}
     configs = []
-    for parent, attr, index, values in differences:
+    for parent, attr, index, values, ran, read in differences:
         expr = None
         if all(type(v) is int for v in values):
-            found = fit(values, shapes, forms=("atom", "mul"))  # a width, twice a width: not a stride
-            expr = expression(found) if found else _param_size(values, functions, _call_of(parent, parents))
+            # a width, twice a width (not a stride), else a width of a value the statement reads
+            sized = fit(values, [f.arg_shapes for f in ran], ("atom", "mul")) or fit(values, read, ("atom",))
+            expr = expression(sized) if sized else _param_size(values, ran, _call_of(parent, parents))
         if expr is None:
-            configs.append((parent, attr, index, values))
+            aligned: list[Any] = [None] * len(functions)
+            for f, v in zip(ran, values):
+                aligned[position[id(f)]] = v
+            configs.append((parent, attr, index, aligned))
         else:
             _put(parent, attr, index, expr)
-    first.keywords = config_keywords(first, trees[0], configs, functions)
+    first.keywords = config_keywords(first, tree, configs, functions)
+    return True
+
+
+def _read_shapes(row: Row) -> list[dict[str, tuple[int, ...]]]:
+    """For each function of the row, the shapes of the values its statement reads, by the names
+    the merged statement (the row's first) reads them by; none where a name may be another's (a
+    nested def's, a lambda's or a comprehension's)."""
+    scoped = (ast.FunctionDef, ast.Lambda, ast.For, ast.comprehension)
+    if any(isinstance(n, scoped) for n in ast.walk(row[0][1])):
+        return [{} for _ in row]
+
+    def loads(node: ast.stmt) -> list[str]:
+        return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+    merged = loads(row[0][1])
+    return [
+        {name: f.value_shapes[own] for name, own in zip(merged, loads(mine)) if own in f.value_shapes}
+        for f, _, mine in row
+    ]
+
+
+def _share(groups: list[Group], first: Function, functions: list[Function]) -> None:
+    """`first` for every group, its calls in the order they ran."""
     for function in functions[1:]:
         first.calls += function.calls
-    for group in variants[1:]:
+    order = {id(node.call): node.position for group in groups for node in group.nodes}
+    first.calls.sort(key=lambda call: order.get(id(call), -1))
+    for group in groups:
         group.function = first
 
 
@@ -132,9 +249,10 @@ def _body_module(function: Function) -> ast.Module:
 # -- comparing defs -------------------------------------------------------------------------------
 
 
-def parallel_diff(trees: list[Any], out: list, numbers: bool = False) -> bool:
+def parallel_diff(trees: list[Any], out: list, numbers: bool = False, names: bool = True) -> bool:
     """Walk equal-shaped trees; collect the int constants that differ (any numbers, with
-    `numbers`) as `(parent, field, index or None, values)`; False on any other difference."""
+    `numbers`) as `(parent, field, index or None, values)`; False on any other difference (in
+    names too, unless not `names`: trees whose names are known to correspond)."""
     first = trees[0]
     if any(type(t) is not type(first) for t in trees):
         return False
@@ -148,18 +266,18 @@ def parallel_diff(trees: list[Any], out: list, numbers: bool = False) -> bool:
                 if isinstance(item, ast.AST):
                     if isinstance(item, ast.Constant) and _number_differs(items, numbers):
                         out.append((first, attr, i, [it.value for it in items]))
-                    elif not parallel_diff(items, out, numbers):
+                    elif not parallel_diff(items, out, numbers, names):
                         return False
                 elif any(it != item for it in items):
                     return False
         elif isinstance(value, ast.AST):
             if isinstance(value, ast.Constant) and _number_differs(others, numbers):
                 out.append((first, attr, None, [o.value for o in others]))
-            elif not parallel_diff(others, out, numbers):
+            elif not parallel_diff(others, out, numbers, names):
                 return False
         elif attr not in ("ctx", "lineno", "col_offset", "end_lineno", "end_col_offset") and any(
             o != value or type(o) is not type(value) for o in others
-        ):
+        ) and (names or attr != "id" or not isinstance(first, ast.Name)):
             return False
     return True
 
