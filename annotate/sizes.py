@@ -3,7 +3,8 @@
 Every set of generic argument dimensions is doubled (sets shared with state buffers, a KV cache's
 batch, stay as traced: the model's buffers have their size). Float tensors get new random values,
 a range of positions (`torch.arange(8)`) the longer range, other tensors their values repeated
-along the longer dimensions, so indices stay valid.
+along the longer dimensions, so indices stay valid. A cache passed in (a `DynamicCache`) is
+copied with its tensors resized, as the capture lays them out (`past_key_values['layers'][0]['keys']`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.utils._pytree as torch_pytree
 
 from jaxside.render.ir import Program
 from jaxside.render.lower.dims import resized
+from jaxside.tracing import held_tensors, with_tensors
 
 
 def other_shape(program: Program, fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, str] | None:
@@ -33,13 +35,20 @@ def other_shape(program: Program, fn: Any, args: tuple, kwargs: dict) -> tuple[t
     except (TypeError, ValueError):
         return None
     generator = torch.Generator().manual_seed(0)
+    def at(key: str, tensor: torch.Tensor) -> torch.Tensor:
+        return _resized(tensor, shapes[key], generator) if key in shapes else tensor
+
     for name, value in bound.arguments.items():
         leaves, spec = torch_pytree.tree_flatten_with_path(value)
-        keys = [name + torch_pytree.keystr(path) for path, _ in leaves]
-        new = [
-            _resized(leaf, shapes[key], generator) if key in shapes else leaf
-            for key, (_, leaf) in zip(keys, leaves)
-        ]
+        new = []
+        for path, leaf in leaves:
+            key = name + torch_pytree.keystr(path)
+            held = [] if isinstance(leaf, torch.Tensor) else held_tensors(leaf)
+            if held:  # a cache object: a copy holding the resized tensors
+                tensors = [at(key + "".join(f"[{k!r}]" for k in inner), t) for inner, t in held]
+                new.append(with_tensors(leaf, tensors))
+            else:
+                new.append(at(key, leaf) if isinstance(leaf, torch.Tensor) else leaf)
         bound.arguments[name] = torch_pytree.tree_unflatten(new, spec)
     where = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
     return bound.args, bound.kwargs, where

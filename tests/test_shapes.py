@@ -16,6 +16,7 @@ import torch
 from conftest import SAMPLES, load_sample
 
 from jaxside.annotate.export import check, load_module, to_jax
+from jaxside.annotate.sizes import other_shape
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import Capture
@@ -175,6 +176,23 @@ def test_hf_causal_lm_traced_at_1x8_runs_at_2x5_and_1x12(kind):
     ]
     for shape in [(2, 5), (1, 12)]:
         assert_matches(module, program, model, torch.randint(0, 128, shape))
+
+
+def test_check_at_another_shape_resizes_a_cache_passed_in():
+    """A decode step given the prompt's `DynamicCache`: the cache's batch follows `input_ids`'s, so
+    the second shape resizes the tensors it holds too (it used to trip the export's own guard)."""
+    model = hf_causal_lm("llama")
+    with torch.no_grad():
+        cache = model(torch.randint(0, 128, (1, 8)), use_cache=True).past_key_values
+    args = (torch.randint(0, 128, (1, 1)), None, None, cache)
+    module, program = export(model, *args)
+    again = other_shape(program, model, args, {})
+    assert again is not None
+    args2, kwargs2, where = again
+    assert "input_ids: [2, 2]" in where and "past_key_values['layers'][1]['values']: [2," in where
+    assert cache.layers[0].keys.shape[0] == 1  # the user's cache is left as it was
+    comparisons = check(module, program, model, args2, kwargs2)
+    assert comparisons and all(c.ok for c in comparisons), [c.line() for c in comparisons]
 
 
 class BasicBlock(torch.nn.Module):

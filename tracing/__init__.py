@@ -30,7 +30,9 @@ _EXPORTS = {
     "is_key": "jaxside.tracing._random",
     "is_library_file": "jaxside.tracing._files",
     "to_jax_dtype": "jaxside.tracing._internals",
+    "held_tensors": "jaxside.tracing._outputs",
     "plain_output": "jaxside.tracing._outputs",
+    "with_tensors": "jaxside.tracing._outputs",
     "random_outputs": "jaxside.tracing._random",
     "user_code": "jaxside.tracing._files",
     "Call": "jaxside.tracing.trace",
@@ -48,7 +50,9 @@ if TYPE_CHECKING:
     from jaxside.tracing._files import is_library_file as is_library_file
     from jaxside.tracing._files import user_code as user_code
     from jaxside.tracing._internals import to_jax_dtype as to_jax_dtype
+    from jaxside.tracing._outputs import held_tensors as held_tensors
     from jaxside.tracing._outputs import plain_output as plain_output
+    from jaxside.tracing._outputs import with_tensors as with_tensors
     from jaxside.tracing._progress import PROGRESS_AFTER as PROGRESS_AFTER
     from jaxside.tracing._progress import PROGRESS_EVERY as PROGRESS_EVERY
     from jaxside.tracing._progress import Progress as Progress
