@@ -16,6 +16,7 @@ from typing import Any
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Loop, Statement, named
 from jaxside.render.lower.context import Context
+from jaxside.render.names import snake
 from jaxside.tracing.trace import Site
 
 
@@ -83,6 +84,12 @@ def _find_run(
     return None
 
 
+def _module_name(anchor: Statement) -> str | None:
+    """`basic_block` for a loop over `BasicBlock`s that no torch loop names (an `nn.Sequential`)."""
+    kind = anchor.call.module_type if anchor.call is not None else None
+    return snake(kind) if kind else None
+
+
 def _make_loop(
     low: Context, function: Function, body: list[Statement], start: int, count: int, length: int, plan: dict
 ) -> tuple[Loop, list[Statement]]:
@@ -126,7 +133,7 @@ def _make_loop(
             key = ast.dump(parent.value)  # type: ignore[attr-defined]
             if key not in lists:
                 root = _chain_root(parent.value)  # type: ignore[attr-defined]
-                element = torch_element or "item"
+                element = torch_element or _module_name(anchor) or "item"
                 base = element if root == "params" else f"{element}_{root}"
                 keys = [k for k in _chain_keys(parent.value) if isinstance(k, str)]  # type: ignore[attr-defined]
                 if keys and keys[-1] in zipped:  # `for block, gate in zip(self.blocks, self.gates)`
