@@ -226,19 +226,10 @@ def test_a_loop_over_two_lists_reads_as_the_torch_loop(zipped, loop):
     assert lines[start : start + 3] == [*loop, "return x"]
 
 
-class Residual(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.proj(x))
-
-
 class _Staged(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.stage = torch.nn.Sequential(*(Residual() for _ in range(3)))
+        self.stage = torch.nn.Sequential(*(_Block() for _ in range(3)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.stage(x)
@@ -246,7 +237,8 @@ class _Staged(torch.nn.Module):
 
 
 def test_a_loop_no_torch_loop_names_is_named_after_its_modules():
-    """`nn.Sequential` runs the blocks in torch's own code: the element is named after their class."""
+    """`nn.Sequential` runs the blocks in torch's own code: the element is named after their class
+    (a private class's underscore dropped)."""
     torch.manual_seed(0)
     model, x = _Staged().eval(), torch.randn(2, 8)
     text = render_program(lower(capture(model, x)), source="test")
@@ -255,7 +247,7 @@ def test_a_loop_no_torch_loop_names_is_named_after_its_modules():
     with torch.no_grad():
         np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
     lines = [line.strip() for line in text.splitlines()]
-    assert lines[lines.index('for residual in params["stage"]:') + 1] == "x = residual_forward(residual, x)"
+    assert lines[lines.index('for block in params["stage"]:') + 1] == "x = block_forward(block, x)"
 
 
 class _Rotary(torch.nn.Module):

@@ -85,9 +85,10 @@ def _find_run(
 
 
 def _module_name(anchor: Statement) -> str | None:
-    """`basic_block` for a loop over `BasicBlock`s that no torch loop names (an `nn.Sequential`)."""
+    """`basic_block` for a loop over `BasicBlock`s that no torch loop names (an `nn.Sequential`),
+    `block` for `_Block`s."""
     kind = anchor.call.module_type if anchor.call is not None else None
-    return snake(kind) if kind else None
+    return snake(kind).lstrip("_") or None if kind else None
 
 
 def _make_loop(
