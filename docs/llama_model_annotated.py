@@ -104,9 +104,8 @@ class Transformer(nn.Module):
             #     layer, layer_state, x, input_pos, freqs_cis, mask
             # )  ×2
         return self.output(self.norm(x))
-        # return rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T, {
-        #     "layers": new_layer_states
-        # }
+        # norm_x = rms_norm_forward(params["norm"], x)
+        # return (norm_x @ params["output"]["weight"].T, {"layers": new_layer_states})
 
 
 class TransformerBlock(nn.Module):
@@ -130,9 +129,8 @@ class TransformerBlock(nn.Module):
         # )  ×2
         # h = x + attention
         out = h + self.feed_forward(self.ffn_norm(h))
-        # feed_forward = feed_forward_forward(
-        #     params["feed_forward"], rms_norm_forward(params["ffn_norm"], h)
-        # )  ×2
+        # ffn_norm_h = rms_norm_forward(params["ffn_norm"], h)  ×2
+        # feed_forward = feed_forward_forward(params["feed_forward"], ffn_norm_h)
         # out = h + feed_forward
         return out  # return (out, {"attention": new_attention_state})  ×2
 
@@ -176,13 +174,10 @@ class Attention(nn.Module):
         k = k.repeat_interleave(groups, dim=1)  # k = jnp.repeat(k, 2, axis=1)  ×2
         v = v.repeat_interleave(groups, dim=1)  # v = jnp.repeat(v, 2, axis=1)  ×2
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
-        # y = (
-        #     jax.nn.softmax(
-        #         q @ k.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
-        #         axis=3,
-        #     )
-        #     @ v
+        # softmax = jax.nn.softmax(
+        #     q @ k.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)), axis=3
         # )  ×2
+        # y = softmax @ v
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
         # y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
         return self.wo(y)

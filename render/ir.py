@@ -25,6 +25,28 @@ def named(name: str, ctx: ast.expr_context | None = None) -> ast.Name:
 
 
 @dataclass
+class Fold:
+    """What a value folded into the expression using it was (`render.lower.unfold` may name it
+    again): the name it would take, the equations it computes, its torch expression and call."""
+
+    name: str | None
+    eqns: list[int]
+    site: Site | None
+    call: Call | None = None
+
+
+def fold(node: ast.expr, record: Fold) -> ast.expr:
+    """`node`, marked as folded (the mark survives `copy.deepcopy`)."""
+    node.jaxside_fold = record  # type: ignore[attr-defined]
+    return node
+
+
+def fold_of(node: ast.AST) -> Fold | None:
+    """How `node` was folded into its expression, if it was."""
+    return getattr(node, "jaxside_fold", None)
+
+
+@dataclass
 class Statement:
     """One assignment (or loop) in a def, for one torch source expression.
 

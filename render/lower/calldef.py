@@ -17,7 +17,7 @@ from jax.extend.core import Literal, Var
 
 from jaxside.render import names as naming
 from jaxside.render import source as torch_source
-from jaxside.render.ir import Function, Statement, named
+from jaxside.render.ir import Fold, Function, Statement, fold, named
 from jaxside.render.lower.body import Body
 from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
 from jaxside.render.lower.context import INLINE_LIMIT, Context, LoweringError
@@ -273,8 +273,8 @@ class CallDef(Body):
         outs = eqn.outvars
         structured = isinstance(value, Structured)
         if len(outs) == 1 and not structured and self._inlinable(outs[0], site, value):
-            self.env[outs[0]] = value
             self.folded[outs[0]] = self._take_pending()
+            self.env[outs[0]] = fold(value, Fold(None, list(self.folded[outs[0]]), site))
             return
         source = self.node.hoisted.get(index)
         targets = []
@@ -337,8 +337,10 @@ class CallDef(Body):
             and self._inlinable(returned[0][1], self.site, value, True)
         ):
             v = returned[0][1]
-            self.env[v] = value
             self.folded[v] = self._take_pending()
+            site = self.site
+            name = naming.expression_name(site.text if site else None)
+            self.env[v] = fold(value, Fold(name, list(self.folded[v]), site, child.call))
             return
         targets: list[ast.expr] = []
         flat: list[str] = []

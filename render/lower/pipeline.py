@@ -12,8 +12,9 @@ the program does not grow with the number of layers.  Every equation is rendered
 The steps, each in its module: `context` (cleaned equations, uses, roles), `calltree` (nodes,
 hoisting, grouping by signature), `calldef` (one def per group, on the base writer in `body`),
 `variants` (defs that differ only in shapes merged), `loops` (runs of calls rolled back), and
-with a way to trace again, `dims` (sizes as expressions of the inputs' shapes), and last
-`rebinding` (a rebound name reused where its old value is dead: `k = k.reshape(...)`).
+with a way to trace again, `dims` (sizes as expressions of the inputs' shapes), then `unfold`
+(a call that makes its statement sprawl named on a line of its own), and last `rebinding` (a
+rebound name reused where its old value is dead: `k = k.reshape(...)`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from jaxside.render.lower.context import Context
 from jaxside.render.lower.dims import Resize, generalize
 from jaxside.render.lower.loops import reroll
 from jaxside.render.lower.rebinding import reuse_names
+from jaxside.render.lower.unfold import unfold
 from jaxside.render.lower.variants import merge_variants
 from jaxside.tracing.trace import Trace
 
@@ -40,6 +42,8 @@ def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Pro
     program = _lower(trace)
     if retrace is not None and trace.frontend == "torch":
         generalize(program, lambda resize: _lower(retrace(resize)))
+    for function in program.functions:
+        unfold(function)
     for function in program.functions + program.helpers:
         reuse_names(function)
     return program

@@ -50,9 +50,8 @@ def forward(params, state, idx, input_pos):
             layer, layer_state, x, input_pos, freqs_cis, mask
         )
         new_layer_states.append(new_layer_state)
-    return rms_norm_forward(params["norm"], x) @ params["output"]["weight"].T, {
-        "layers": new_layer_states
-    }
+    norm_x = rms_norm_forward(params["norm"], x)
+    return norm_x @ params["output"]["weight"].T, {"layers": new_layer_states}
 
 
 def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask):
@@ -69,9 +68,8 @@ def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask):
         input_pos,
     )
     h = x + attention
-    feed_forward = feed_forward_forward(
-        params["feed_forward"], rms_norm_forward(params["ffn_norm"], h)
-    )
+    ffn_norm_h = rms_norm_forward(params["ffn_norm"], h)
+    feed_forward = feed_forward_forward(params["feed_forward"], ffn_norm_h)
     out = h + feed_forward
     return out, {"attention": new_attention_state}
 
@@ -110,14 +108,12 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos):
     (k, v), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k, v)
     k = jnp.repeat(k, 2, axis=1)
     v = jnp.repeat(v, 2, axis=1)
-    y = (
-        jax.nn.softmax(
-            q @ k.mT * 0.25
-            + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)),
-            axis=3,
-        )
-        @ v
+    softmax = jax.nn.softmax(
+        q @ k.mT * 0.25
+        + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)),
+        axis=3,
     )
+    y = softmax @ v
     y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
     return y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
 
