@@ -256,6 +256,8 @@ def test_sourceror_readme_example_exports_and_matches():
     assert "jax.checkpoint(" in text and "prevent_cse=False" in text
     assert "reverse=True" in text and "lax.map(" in text
     assert "def grad_layer(" in text
+    # The einsums inside the scanned, mapped bodies read as einsums, as at the top level.
+    assert 'jnp.einsum("abc,dec->abde", xs_0, xs_1)' in text and "dot_general" not in text
     # The same numbers in float32 too, where rounding differences would show.
     params32, x32 = jp.sourceror_inputs(jnp.float32)
     assert_same_numbers(

@@ -19,7 +19,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
 from jaxside.render import names as naming
 from jaxside.render.ir import Define, Function, Statement, named
-from jaxside.render.lower.context import CALL_LIKE, INLINE_LIMIT, Context, LoweringError
+from jaxside.render.lower.context import CALL_LIKE, INLINE_LIMIT, Context, LoweringError, live_eqns
 from jaxside.render.names import Scope
 from jaxside.render.rules import (
     RULES,
@@ -29,6 +29,7 @@ from jaxside.render.rules import (
     atom_expr,
     dotted,
     function_source,
+    fuse,
     indices,
     pack,
     render_eqn,
@@ -217,6 +218,10 @@ class Body:
             self.env[inner.invars[index]] = expr
         eqns = [e for i, e in enumerate(inner.eqns) if i not in signature.skip]
         returned = [inner.outvars[i] for i in indices(signature.returns)]
+        # The runs one `jnp` expression stages (`jnp.einsum`, `x[i]`), as at the top level; what is
+        # left of a run, and what nothing returned reads, is dead.
+        fused = fuse(eqns, returned, site=lambda i: self.site_of(eqns[i]))
+        eqns = [fused[i] for i in sorted(live_eqns(fused, returned, {}))]
         for eqn in eqns:
             for v in eqn.invars:
                 if isinstance(v, Var):

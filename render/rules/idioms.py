@@ -451,6 +451,12 @@ def _einsum(eqn: Any, graph: Graph) -> list[Candidate]:
     # (jnp contracts the second operand first, and transposes when it must)
     orders = [(a, names_a, b, "".join(names_b))] + ([(b, "".join(names_b), a, names_a)] if perm else [])
     specs = [(_relabel(f"{sx},{sy}->{result}"), x, y) for x, sx, y, sy in orders]
+    # jnp contracts several axes in the order of their letters: as the dot does, if relabelling
+    # changed it ('bthd,hde->bte' contracts d, then h)
+    ordered = dict(zip(contract_a, sorted(names_a[d] for d in contract_a)))
+    spec = f"{names_a},{''.join(names_b)}->{result}".translate(
+        str.maketrans({names_a[d]: ordered[d] for d in contract_a}))
+    specs += [(spec, a, b)] if len(contract_a) > 1 else []
     return [(f'jnp.einsum("{spec}", _0, _1{kws})', [x, y]) for spec, x, y in specs for kws in keywords]
 
 

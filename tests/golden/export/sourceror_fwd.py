@@ -20,9 +20,7 @@ def fwd(params, x):
 
     def layer(x, params):
         qkv, o = params
-        y = lax.dot_general(
-            x, qkv, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16
-        )
+        y = jnp.einsum("abc,dec->abde", x, qkv)
 
         def block(block_idx):
             query_block = lax.dynamic_slice(
@@ -43,22 +41,13 @@ def fwd(params, x):
             bias = jnp.ones((64,), jnp.float32)
             bias = jnp.broadcast_to(bias, (4, 64, 2, 64))
             weights = weights.astype(jnp.float32) + bias
-            einsum = jnp.transpose(
-                lax.dot_general(
-                    query_block,
-                    weights,
-                    (((1,), (3,)), ((0, 2), (0, 2))),
-                    preferred_element_type=jnp.float32,
-                ),
-                (0, 3, 1, 2),
+            return jnp.einsum("abcd,adce->abce", weights, query_block).astype(
+                jnp.bfloat16
             )
-            return einsum.astype(jnp.bfloat16)
 
         blocked_attn = lax.map(block, jnp.arange(2, dtype=jnp.int32))
         y_1 = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
-        z = lax.dot_general(
-            y_1, o, (((3, 2), (1, 0)), ((), ())), preferred_element_type=jnp.bfloat16
-        )
+        z = jnp.einsum("abdc,dce->abe", y_1, o)
         return z, None
 
     x_1, _ = lax.scan(

@@ -26,12 +26,7 @@ def grad_fn(params, x):
         xs_0, xs_1, xs_2 = xs
 
         def grad_layer_1(xs_0, xs_1, xs_2, carry):
-            y = lax.dot_general(
-                xs_0,
-                xs_1,
-                (((2,), (2,)), ((), ())),
-                preferred_element_type=jnp.bfloat16,
-            )
+            y = jnp.einsum("abc,dec->abde", xs_0, xs_1)
             bias = jnp.ones((64,), jnp.float32)
             bias_1 = jnp.broadcast_to(bias, (4, 64, 2, 64))
 
@@ -49,17 +44,10 @@ def grad_fn(params, x):
                 weights = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
                 weights = weights.astype(jnp.float32)
                 weights = weights + bias_1
-                einsum = jnp.transpose(
-                    lax.dot_general(
-                        query_block,
-                        weights,
-                        (((1,), (3,)), ((0, 2), (0, 2))),
-                        preferred_element_type=jnp.float32,
-                    ),
-                    (0, 3, 1, 2),
-                )
                 return (
-                    einsum.astype(jnp.bfloat16),
+                    jnp.einsum("abcd,adce->abce", weights, query_block).astype(
+                        jnp.bfloat16
+                    ),
                     dynamic_slice_in_dim_x,
                     weights,
                     query_block,
@@ -70,20 +58,9 @@ def grad_fn(params, x):
             )
             blocked_attn = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
             grad_einsum = jnp.transpose(
-                lax.dot_general(
-                    carry,
-                    blocked_attn,
-                    (((0, 1), (0, 1)), ((), ())),
-                    preferred_element_type=jnp.bfloat16,
-                ),
-                (1, 2, 0),
+                jnp.einsum("abc,abde->cde", carry, blocked_attn), (1, 2, 0)
             )
-            grad_blocked_attn = lax.dot_general(
-                carry,
-                xs_2,
-                (((2,), (2,)), ((), ())),
-                preferred_element_type=jnp.bfloat16,
-            )
+            grad_blocked_attn = jnp.einsum("abc,dec->abde", carry, xs_2)
             grad_blocked_attn = jnp.transpose(
                 jnp.reshape(grad_blocked_attn, (4, 2, 64, 2, 16)), (1, 0, 2, 3, 4)
             )
@@ -92,23 +69,9 @@ def grad_fn(params, x):
                 xs_0, xs_1, xs_2, xs_3 = xs
                 grad_einsum = xs_0.astype(jnp.float32)
                 grad_einsum = jnp.transpose(grad_einsum, (0, 2, 3, 1))
-                grad_weights = jnp.transpose(
-                    lax.dot_general(
-                        grad_einsum,
-                        xs_3,
-                        (((2,), (3,)), ((0, 1), (0, 2))),
-                        preferred_element_type=jnp.float32,
-                    ),
-                    (0, 2, 1, 3),
-                )
-                grad_query_block = jnp.transpose(
-                    lax.dot_general(
-                        grad_einsum,
-                        xs_2,
-                        (((3,), (1,)), ((0, 1), (0, 2))),
-                        preferred_element_type=jnp.float32,
-                    ),
-                    (0, 3, 1, 2),
+                grad_weights = jnp.einsum("abcd,acde->aecb", xs_3, grad_einsum)
+                grad_query_block = jnp.einsum(
+                    "abcd,aceb->adce", xs_2, grad_einsum
                 ).astype(jnp.bfloat16)
                 grad_weights = grad_weights.astype(jnp.bfloat16)
                 grad_weights = lax.reduce_sum(grad_weights, (3,))
@@ -129,18 +92,8 @@ def grad_fn(params, x):
                 (grad_blocked_attn, map_block, map_block_1, blocked_attn_1),
                 reverse=True,
             )
-            grad_xs_1 = lax.dot_general(
-                grad_y,
-                xs_0,
-                (((0, 1), (0, 1)), ((), ())),
-                preferred_element_type=jnp.bfloat16,
-            )
-            grad_xs_0 = lax.dot_general(
-                grad_y,
-                xs_1,
-                (((2, 3), (0, 1)), ((), ())),
-                preferred_element_type=jnp.bfloat16,
-            )
+            grad_xs_1 = jnp.einsum("abcd,abe->cde", grad_y, xs_0)
+            grad_xs_0 = jnp.einsum("abcd,cde->abe", grad_y, xs_1)
             return grad_xs_0, grad_xs_1, grad_einsum
 
         grad, grad_1, grad_2 = jax.checkpoint(grad_layer_1, prevent_cse=False)(
@@ -178,9 +131,7 @@ def fwd(params, x):
 
     def layer(carry, xs):
         xs_0, xs_1 = xs
-        y = lax.dot_general(
-            carry, xs_0, (((2,), (2,)), ((), ())), preferred_element_type=jnp.bfloat16
-        )
+        y = jnp.einsum("abc,dec->abde", carry, xs_0)
 
         def call(map_block_2, map_block_1_1, y):
             def body(x):
@@ -196,28 +147,16 @@ def fwd(params, x):
                 weights = lax.broadcast_in_dim(weights, (4, 64, 2, 64), (0, 1, 2))
                 weights = weights.astype(jnp.float32)
                 weights = weights + map_block_2
-                einsum = jnp.transpose(
-                    lax.dot_general(
-                        query_block,
-                        weights,
-                        (((1,), (3,)), ((0, 2), (0, 2))),
-                        preferred_element_type=jnp.float32,
-                    ),
-                    (0, 3, 1, 2),
+                return jnp.einsum("abcd,adce->abce", weights, query_block).astype(
+                    jnp.bfloat16
                 )
-                return einsum.astype(jnp.bfloat16)
 
             scan = lax.map(body, map_block_1_1)
             return scan
 
         blocked_attn = call(map_block, map_block_1, y)
         blocked_attn = lax.reshape(blocked_attn, (4, 128, 2, 16), (1, 0, 2, 3, 4))
-        z = lax.dot_general(
-            blocked_attn,
-            xs_1,
-            (((3, 2), (1, 0)), ((), ())),
-            preferred_element_type=jnp.bfloat16,
-        )
+        z = jnp.einsum("abdc,dce->abe", blocked_attn, xs_1)
         return z, carry
 
     x_1, scan_layer = lax.scan(layer, x, (params[0], params[1]))
