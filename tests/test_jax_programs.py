@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, assert_defs_shared, load_sample
 from golden import assert_golden
+from jax import lax
 
 from jaxside.annotate.export import load_module
 from jaxside.render.ir import Program
@@ -220,6 +221,28 @@ def test_scan_options_and_a_fori_loop_with_a_traced_bound():
     assert "lax.scan(accumulate, " in text and "reverse=True, unroll=2)" in text
     assert "lax.scan(double, (total, total), None, length=3)" in text
     assert "lax.fori_loop(0, steps, shift, " in text and "def shift(i, v):" in text
+
+
+def _cache_step(cache, x, pos):
+    cache = lax.dynamic_update_slice_in_dim(cache, x, pos, axis=1)
+    window = lax.dynamic_slice_in_dim(cache, pos, 4, axis=1)
+
+    def write_row(i, c):
+        return lax.dynamic_update_slice(c, lax.dynamic_slice_in_dim(window, i, 1, axis=1) * 2.0, (0, pos + i))
+
+    return lax.fori_loop(0, 2, write_row, cache), window
+
+
+def test_dynamic_slices_read_as_written_without_the_wraps_of_negative_starts():
+    cache, x = jnp.arange(48.0).reshape(3, 16), -jnp.ones((3, 5))
+    exported = roundtrip(_cache_step, cache, x, jnp.int32(6))
+    text = ast.unparse(ast.parse(exported.text))
+    assert "cache = lax.dynamic_update_slice_in_dim(cache, x, pos, axis=1)" in text
+    assert "window = lax.dynamic_slice_in_dim(cache, pos, 4, axis=1)" in text
+    # inside the loop's body too; one moving start of two is a slice in that dimension
+    row = "lax.dynamic_slice_in_dim(window, i, 1, axis=1) * 2.0"
+    assert f"return lax.dynamic_update_slice_in_dim(c, {row}" in text
+    assert "select" not in text and "allow_negative_indices" not in text
 
 
 def test_value_and_grad_of_an_mlp_names_gradients_after_their_values():

@@ -36,6 +36,7 @@ import numpy as np
 from jax.extend.core import Literal, Primitive
 
 from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
+from jaxside.render.rules.dynamic import dynamic_slice
 from jaxside.render.rules.emitter import Emitter
 from jaxside.render.rules.linalg import matmul
 from jaxside.render.rules.shapes import inserted_axes, new_axes, split_parts
@@ -480,4 +481,6 @@ PATTERNS: dict[str, Callable[[Any, Graph], list[Candidate]]] = {
     "div": _div,
     "dot_general": _einsum,
     "transpose": _einsum,
+    "dynamic_slice": dynamic_slice,
+    "dynamic_update_slice": dynamic_slice,
 }

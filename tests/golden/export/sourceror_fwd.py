@@ -23,17 +23,7 @@ def fwd(params, x):
         y = jnp.einsum("abc,dec->abde", x, qkv)
 
         def block(block_idx):
-            query_block = lax.dynamic_slice(
-                y,
-                (
-                    jnp.int32(0),
-                    lax.select(block_idx < 0, block_idx + 128, block_idx),
-                    jnp.int32(0),
-                    jnp.int32(0),
-                ),
-                (4, 64, 2, 16),
-                allow_negative_indices=False,
-            )
+            query_block = lax.dynamic_slice_in_dim(y, block_idx, 64, axis=1)
             weights = jnp.sum(query_block.astype(jnp.float32), axis=3).astype(
                 jnp.bfloat16
             )
