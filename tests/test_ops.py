@@ -295,6 +295,15 @@ def test_identities_are_dropped_only_where_exact() -> None:
     assert [rendered(e) for e in eqns] == ["a0", "a0 + 0.0", "a0", "a0", "a0", "a0"]
 
 
+def test_negation_is_a_minus_sign() -> None:
+    """torchax's `neg` is `-1 * x`: `-x` for floats and signed integers; an unsigned `x * -1`
+    (a wrapped literal) or a multiply that promotes stays a multiply."""
+    assert forms(torch_eqns(lambda x: -x, f32(3, 4)), "mul") == ["-a0"]
+    assert forms(torch_eqns(lambda i: -i, torch.arange(4)), "mul") == ["-a0"]
+    eqns = jax_eqns(lambda x, u: (lax.mul(x, -2.0), lax.mul(u, jnp.uint8(255))), *_structs("f32", "u8"))
+    assert [rendered(e) for e in eqns] == ["a0 * -2.0", "a0 * 255"]
+
+
 # -- regressions: each of these rendered inexactly once ---------------------------------------------------
 
 
@@ -479,7 +488,7 @@ def test_control_flow_runs_exactly(fn: Callable[..., Any], args: tuple[Any, ...]
 
 # -- small helpers ---------------------------------------------------------------------------------------
 
-_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "bool": jnp.bool_, "i32": jnp.int32}
+_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "bool": jnp.bool_, "i32": jnp.int32, "u8": jnp.uint8}
 
 
 def _struct(shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.ShapeDtypeStruct:

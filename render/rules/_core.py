@@ -42,6 +42,12 @@ REWRITES: dict[str, str] = {
         "`x` for `x * 1` (any dtype): multiplying by one returns every value unchanged, -0.0, NaN, "
         "+-inf and denormals included, and XLA removes the multiply under jit"
     ),
+    "times_minus_one": (
+        "`-x` for `x * -1` (torchax's `neg`: `-1 * x`) on floats and signed integers: both flip the "
+        "sign of every value, -0.0, +-inf and denormals included, and XLA compiles the multiply to "
+        "the same negation (NaN keeps its payload with its sign flipped; the most negative integer "
+        "wraps to itself either way)"
+    ),
     "plus_zero": (
         "`x` for integer `x + 0` and for float `x + (-0.0)` (the additive identity of IEEE floats; "
         "float `x + 0.0` stays, it turns -0.0 into 0.0)"

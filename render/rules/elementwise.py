@@ -125,6 +125,9 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     identity = _identity_operand(eqn)
     if identity is not None and not params:
         return rewritten(_IDENTITY_REWRITES[name], args[identity], emitter)
+    negated = _negated_operand(eqn)
+    if negated is not None and not params:
+        return rewritten("times_minus_one", ast.UnaryOp(ast.USub(), args[negated]), emitter)
     left, right = loose(eqn, args, 0), loose(eqn, args, 1)
     if name in _COMPARISONS and isinstance(a, Literal):
         # A Python number on the left flips the comparison (`2.0 < x` runs `x > 2.0`): type it.
@@ -166,6 +169,21 @@ def _identity_operand(eqn: Any) -> int | None:
             return i
         integer = jnp.issubdtype(_dtype(x), jnp.integer)
         if name == "add" and value == 0 and (integer or bool(np.signbit(value))):
+            return i
+    return None
+
+
+def _negated_operand(eqn: Any) -> int | None:
+    """The operand `x` of float or signed `x * -1` or `-1 * x` whose result is `-x` itself (same
+    type, weak type included): its index; else None."""
+    if eqn.primitive.name != "mul":
+        return None
+    for i, j in ((0, 1), (1, 0)):
+        x, other = eqn.invars[i], eqn.invars[j]
+        if not _is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
+            continue
+        signed = jnp.issubdtype(_dtype(x), jnp.floating) or jnp.issubdtype(_dtype(x), jnp.signedinteger)
+        if signed and x.aval == eqn.outvars[0].aval and np.asarray(other.val) == -1:
             return i
     return None
 

@@ -58,6 +58,14 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: lax.mul(x, 1), (_s((4, 8), jnp.int32),)),
         (lambda x: lax.mul(x, jnp.uint8(1)), (_s((4, 8), jnp.uint8),)),
     ],
+    "times_minus_one": [
+        (lambda x: lax.mul(x, -1.0), (_s((4, 8)),)),
+        (lambda x: lax.mul(-1.0, x), (_s((4, 8)),)),
+        (lambda x: lax.mul(x, jnp.bfloat16(-1)), (_s((4, 8), jnp.bfloat16),)),
+        (lambda x: lax.mul(x, jnp.float16(-1)), (_s((4, 8), jnp.float16),)),
+        (lambda x: lax.mul(x, -1), (_s((4, 8), jnp.int32),)),
+        (lambda x: lax.mul(jnp.int8(-1), x), (_s((4, 8), jnp.int8),)),
+    ],
     "plus_zero": [
         (lambda x: lax.add(x, 0), (_s((4, 8), jnp.int32),)),
         (lambda x: lax.add(0, x), (_s((4, 8), jnp.int32),)),
