@@ -266,7 +266,7 @@ def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
     text = render_program(program, source="test")
     body = text[text.index("\ndef ") :]
     for expected in ("key_states = jnp.repeat(key, 2, axis=1)", "value_states = jnp.repeat(value, 2, axis=1)",
-                     "jnp.tril(jnp.full((query.shape[2], query.shape[2]), True, jnp.bool_))",
+                     "jnp.tril(jnp.ones((query.shape[2], query.shape[2]), jnp.bool_))",
                      "jnp.tril(jax.nn.softmax(scores, axis=3), 1)"):
         assert expected in body, body
     assert "jnp.arange" not in body and "broadcast_to" not in body and "5" not in body, body
