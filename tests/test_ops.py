@@ -223,9 +223,11 @@ def _tril_mask(k: int, fill: Any = 0) -> Callable[[Any], Any]:
     (_tril_mask(2**30), None),  # jnp's `i + k` could overflow int32
     (lambda x: jnp.where(jnp.arange(6, dtype=jnp.int32) - jnp.arange(4, dtype=jnp.int32)[:, None] < 1, x, 0),
      None),  # `<` is no triangle jnp.tril keeps
+    (lambda x, i: jnp.where(jnp.arange(6, dtype=jnp.int32) - i <= 1, x, 0), None),  # an argument, no arange
 ])
 def test_a_mask_is_tril_only_when_it_keeps_a_triangle_of_x(fn: Any, written: str | None) -> None:
-    source = render_function(jax.make_jaxpr(fn)(_struct((4, 6))), "f", consts_as_params=True).source
+    structs = [_struct((4, 6)), _struct((4, 1), jnp.int32)][: fn.__code__.co_argcount]
+    source = render_function(jax.make_jaxpr(fn)(*structs), "f", consts_as_params=True).source
     assert (written in source) if written else "jnp.tril" not in source, source
 
 

@@ -48,7 +48,8 @@ def triangle(eqn: Any, graph: Graph) -> list[Candidate]:
         return []
     sub = graph.producer(compare.invars[0])
     ends = [_iota_of(v, graph) for v in sub.invars]
-    scaled = _is_traced(sub.invars[1]) and graph.producer(sub.invars[1]).primitive.name == "mul"
+    subtrahend = graph.producer(sub.invars[1]) if _is_traced(sub.invars[1]) else None
+    scaled = subtrahend is not None and subtrahend.primitive.name == "mul"
     times = " * 1" if scaled else ""  # (torchax's `a - b * alpha`)
     op = "<=" if compare.primitive.name == "le" else ">="
     if ends[0] is not None and ends[0] is ends[1]:  # one `arange` for both (a square mask)
