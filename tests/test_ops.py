@@ -197,6 +197,40 @@ def test_split_parts_and_unit_axes_read_as_the_torch_code_wrote() -> None:
     assert "jnp.reshape" not in source and ":4]" not in source and "squeeze" not in source, source
 
 
+def test_repeat_kv_and_tril_read_as_the_torch_code_wrote() -> None:
+    """HF's `repeat_kv` (`k[:, :, None].expand(...).reshape(...)`) and `repeat_interleave` as
+    `jnp.repeat`; torch's decomposition of `x.tril(k)` as `jnp.tril(x, k)`, a causal mask as
+    `jnp.tril` of all True.  Rewrites (`repeat_broadcasts`, `triangular_mask`): held to the bits."""
+    source = roundtrip(REGRESSIONS["idiom_repeat_and_tril"]).source
+    for expected in ("v4 = jnp.repeat(a0, 3, axis=1)", "v5 = jnp.repeat(a0, 3, axis=1)", "jnp.tril(a1, 1)",
+                     "jnp.tril(a1, -2)", "jnp.tril(a2)", "v19 = jnp.tril(v18)"):
+        assert expected in source, source
+    assert "broadcast_to" not in source and "arange" not in source, source
+
+
+def _tril_mask(k: int, fill: Any = 0) -> Callable[[Any], Any]:
+    def fn(x: Any) -> Any:
+        rows, cols = x.shape[-2:]
+        mask = jnp.arange(cols, dtype=jnp.int32) - jnp.arange(rows, dtype=jnp.int32)[:, None] * 1
+        return jnp.where(mask <= k, x, fill)
+
+    return fn
+
+
+@pytest.mark.parametrize(("fn", "written"), [
+    (_tril_mask(1), "jnp.tril(a0, 1)"),
+    (_tril_mask(1, 1), None),  # another value than zero where the mask is False
+    (_tril_mask(2**30), None),  # jnp's `i + k` could overflow int32
+    (lambda x: jnp.where(jnp.arange(6, dtype=jnp.int32) - jnp.arange(4, dtype=jnp.int32)[:, None] < 1, x, 0),
+     None),  # `<` is no triangle jnp.tril keeps
+    (lambda x, i: jnp.where(jnp.arange(6, dtype=jnp.int32) - i <= 1, x, 0), None),  # an argument, no arange
+])
+def test_a_mask_is_tril_only_when_it_keeps_a_triangle_of_x(fn: Any, written: str | None) -> None:
+    structs = [_struct((4, 6)), _struct((4, 1), jnp.int32)][: fn.__code__.co_argcount]
+    source = render_function(jax.make_jaxpr(fn)(*structs), "f", consts_as_params=True).source
+    assert (written in source) if written else "jnp.tril" not in source, source
+
+
 @pytest.mark.parametrize(("parts", "split"), [
     (lambda x: (x[:, :2], x[:, 2:]), "jnp.split(a0, 2, axis=1)"),
     (lambda x: (x[:, 3:], x[:, :1], x[:, 1:3]), "jnp.split(a0, [1, 3], axis=1)"),  # any order

@@ -243,3 +243,33 @@ def test_blocks_of_other_widths_share_a_def():
     # `jnp.reshape(v, (1, x.shape[1] * 2, 1, 1))` in a downsampling block).
     assert 'params["bn1"]["running_mean"][:, None, None]' in text and "jnp.reshape" not in text
     assert_matches(module, program, model, torch.randn(5, 3, 16, 16))
+
+
+def _grouped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """An HF decoder's attention with grouped heads: `repeat_kv`, a causal mask of `tril`."""
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    key_states, value_states = repeat_kv(key, 2), repeat_kv(value, 2)
+    causal = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril(diagonal=0)
+    scores = (query @ key_states.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
+    return scores.softmax(-1).tril(1) @ value_states
+
+
+def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
+    """HF's `repeat_kv` is `jnp.repeat` (n_rep, a config number, written; the batch and the
+    sequence read from the shapes: none is written), `torch.ones(L, S).tril()` and `x.tril(1)`
+    are `jnp.tril`; the export matches torch at the traced shape and at others."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    shapes = [(2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8)]
+    module, program = export(_grouped_attention, *(torch.randn(s) for s in shapes))
+    text = render_program(program, source="test")
+    body = text[text.index("\ndef ") :]
+    for expected in ("key_states = jnp.repeat(key, 2, axis=1)", "value_states = jnp.repeat(value, 2, axis=1)",
+                     "jnp.tril(jnp.ones((query.shape[2], query.shape[2]), jnp.bool_))",
+                     "jnp.tril(jax.nn.softmax(scores, axis=3), 1)"):
+        assert expected in body, body
+    assert "jnp.arange" not in body and "broadcast_to" not in body and "5" not in body, body
+    for batch, seq in [(2, 5), (3, 7), (1, 12)]:
+        inputs = [torch.randn(batch, heads, seq, 8) for heads in (4, 2, 2)]
+        assert_matches(module, program, _grouped_attention, *inputs)

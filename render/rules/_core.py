@@ -1,4 +1,5 @@
-"""Building blocks every rule family uses: the exact `bind` fallback, literals, operand predicates.
+"""Building blocks every rule family uses: the exact `bind` fallback, literals, operand predicates;
+what an idiom's pattern reads (`Graph`) and proposes (`Candidate`).
 
 Family modules import from here (private names included: this module is the subpackage's own);
 code outside `render.rules` imports what `render.rules` exports.
@@ -12,7 +13,7 @@ import functools
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -37,6 +38,13 @@ REWRITES: dict[str, str] = {
         "`a @ b` for 4-d (or higher) operands where torchax reshapes both to one batch axis, "
         "multiplies and reshapes back: a reshape moves no value, and each output element is the "
         "same dot product of the same row and column"
+    ),
+    "repeat_broadcasts": (
+        "`jnp.repeat(k, 2, axis=1)` for torch's `k[:, :, None].expand(b, kv, 2, s, d).reshape(b, kv * 2, "
+        "s, d)` (HF's `repeat_kv`), which torchax stages as a broadcast to a new axis of size one, a "
+        "broadcast along it and a reshape merging it: jnp binds one broadcast (a broadcast of a "
+        "broadcast is the broadcast along the composed axes: every element comes from the same "
+        "element of `k`) and the same reshape, and neither changes a value"
     ),
     "times_one": (
         "`x` for `x * 1` (any dtype): multiplying by one returns every value unchanged, -0.0, NaN, "
@@ -65,6 +73,13 @@ REWRITES: dict[str, str] = {
         "`r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's `split` into parts of one, each "
         "squeezed: jnp binds one `unstack`, which copies the same elements into the same parts"
     ),
+    "triangular_mask": (
+        "`jnp.tril(x, k)` (`jnp.triu`) for torch's decomposition of `x.tril(k)`: `jnp.where(arange(S) - "
+        "arange(L)[:, None] <= k, x, 0)` (`>= k` for triu, `mask & x` for booleans): jnp keeps `x` where "
+        "`i + k >= j` (triu: where not `i + k - 1 >= j`) and selects zero elsewhere; with `|k|`, L and S "
+        "below 2**30 nothing overflows int32, so the same elements are kept and the others are the "
+        "same zero (+0.0, 0, False)"
+    ),
     "unit_axes": (
         "`v[None, :, None, None]` for a reshape that only inserts axes of size one (`v[:, None, None]` "
         "beside an operand of full rank, whose rank promotion adds the leading ones): jnp binds a "
@@ -79,6 +94,32 @@ def rewritten(name: str, node: ast.expr, emitter: Emitter) -> ast.expr:
         raise KeyError(f"`{name}` is not in REWRITES")
     emitter.rewrote(name)
     return node
+
+
+# What an idiom's pattern (`render.rules.idioms`) reads and proposes.
+
+
+class Graph(NamedTuple):
+    """The program around the equation a pattern looks at."""
+
+    producer: Callable[[Any], Any]
+    """The equation that made a value (None for an input, a literal or a value made elsewhere)."""
+    users: Callable[[Any], list[Any]]
+    """The live equations that read a value, in program order."""
+
+
+class Candidate(NamedTuple):
+    """An expression over `_0`, `_1`, ... standing for `operands`, to be traced and matched."""
+
+    code: str
+    operands: list[Any]
+    writes: str | None = None
+    """What to write instead of `code` when it is a rewrite (`_0 @ _1` for torchax's flattened matmul)."""
+    rewrite: str | None = None
+    """The `REWRITES` entry that says why `writes` computes `code`'s bits under jit."""
+    outputs: list[Any] | None = None
+    """The values `code`'s results stand for, when it has several (a sequence, in order); by
+    default the one result of the equation the run ends in."""
 
 
 def registrar(table: dict[str, Rule]) -> Callable[..., Callable[[Rule], Rule]]:

@@ -11,10 +11,10 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import _is_traced
+from jaxside.render.rules._core import Graph, _is_traced
 
 
-def dynamic_slice(eqn: Any, graph: Any) -> list[tuple[str, list[Any]]]:
+def dynamic_slice(eqn: Any, graph: Graph) -> list[tuple[str, list[Any]]]:
     """`lax.dynamic_slice_in_dim(x, i, 64, axis=1)`, `lax.dynamic_update_slice_in_dim(x, u, i, axis=1)`
     (`lax.dynamic_slice(x, (i, j), sizes)` where several starts move): the wraps of negative starts
     jax stages, and the slice."""
@@ -43,7 +43,7 @@ def dynamic_slice(eqn: Any, graph: Any) -> list[tuple[str, list[Any]]]:
     return candidates
 
 
-def _unwrapped(start: Any, graph: Any) -> Any:
+def _unwrapped(start: Any, graph: Graph) -> Any:
     """The start jax wrapped into `start` (`select_n(i < 0, i, i + n)`), or None."""
     wrap = graph.producer(start)
     if wrap is None or wrap.primitive.name != "select_n" or len(wrap.invars) != 3:

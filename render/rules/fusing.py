@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.core import DropVar, Literal, Var
 
-from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS, Candidate, Graph
+from jaxside.render.rules._core import Candidate, Graph
+from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS
 from jaxside.render.rules.known_calls import same_literal, same_params
 
 _NAMESPACE = {"jax": jax, "jnp": jnp, "lax": lax}

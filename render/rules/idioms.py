@@ -21,24 +21,24 @@ reference (`code`) and writes another (`writes`), a rewrite of `REWRITES` proven
 **To add an idiom**: write a function `(eqn, graph) -> [(code, operands), ...]` (or `Candidate`s)
 proposing candidate expressions over `_0`, `_1`, ... for runs ending in `eqn`, reading the program
 around it through `graph` (who made a value, who reads it), and register it in `PATTERNS` under
-the primitive that ends the run; `tests/test_ops.py` and the fuzzer prove every fused program the
-same way as single equations.
+the primitive that ends the run (a family of patterns may live in a module of its own,
+`render.rules.masks`, and be registered here); `tests/test_ops.py` and the fuzzer prove every
+fused program the same way as single equations.
 """
 
 from __future__ import annotations
 
 import ast
-import string
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 from jax.extend.core import Literal, Primitive
 
-from jaxside.render.rules._core import Rule, _is_traced, registrar, rewritten
+from jaxside.render.rules._core import Candidate, Graph, Rule, _is_traced, registrar, rewritten
 from jaxside.render.rules.dynamic import dynamic_slice
+from jaxside.render.rules.einsum import einsum
 from jaxside.render.rules.emitter import Emitter
-from jaxside.render.rules.linalg import matmul
+from jaxside.render.rules.masks import triangle
 from jaxside.render.rules.shapes import inserted_axes, new_axes, split_parts
 
 RULES: dict[str, Rule] = {}
@@ -50,29 +50,6 @@ IDIOM.multiple_results = False
 IDIOMS = Primitive("idiom")
 """The same for a run with several results (`q, k, v = jnp.split(...)`): the expression is a sequence."""
 IDIOMS.multiple_results = True
-
-
-class Graph(NamedTuple):
-    """The program around the equation a pattern looks at."""
-
-    producer: Callable[[Any], Any]
-    """The equation that made a value (None for an input, a literal or a value made elsewhere)."""
-    users: Callable[[Any], list[Any]]
-    """The live equations that read a value, in program order."""
-
-
-class Candidate(NamedTuple):
-    """An expression over `_0`, `_1`, ... standing for `operands`, to be traced and matched."""
-
-    code: str
-    operands: list[Any]
-    writes: str | None = None
-    """What to write instead of `code` when it is a rewrite (`_0 @ _1` for torchax's flattened matmul)."""
-    rewrite: str | None = None
-    """The `REWRITES` entry that says why `writes` computes `code`'s bits under jit."""
-    outputs: list[Any] | None = None
-    """The values `code`'s results stand for, when it has several (a sequence, in order); by
-    default the one result of the equation the run ends in."""
 
 
 @rule("idiom")
@@ -296,21 +273,46 @@ def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Candidate]:
 
 
 def _reshape(eqn: Any, graph: Graph) -> list[Candidate]:
-    """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`.  And
-    `a @ b` for the matmul torchax flattens to one batch axis and back (the rewrite
-    `matmul_unflattened`)."""
+    """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`; torch's
+    `k[:, :, None].expand(b, kv, r, s, d).reshape(b, kv * r, s, d)` (HF's `repeat_kv`) broadcasts
+    twice, to the new axis and along it (the rewrite `repeat_broadcasts`).  And `a @ b` for the
+    matmul torchax flattens to one batch axis and back (the rewrite `matmul_unflattened`)."""
     (value,) = eqn.invars
     source = graph.producer(value) if _is_traced(value) else None
     if source is not None and source.primitive.name == "dot_general":
         return _unflattened_matmul(eqn, source, graph)
     if source is None or source.primitive.name != "broadcast_in_dim" or not _is_traced(source.invars[0]):
         return []
-    shape, wide = tuple(source.invars[0].aval.shape), tuple(source.params["shape"])
-    new = [d for d in range(len(wide)) if d not in source.params["broadcast_dimensions"]]
-    if len(new) != 1 or new[0] == 0 or len(wide) != len(shape) + 1:
+    x, dims = source.invars[0], tuple(source.params["broadcast_dimensions"])
+    inner = graph.producer(x)
+    twice = inner is not None and inner.primitive.name == "broadcast_in_dim" and _is_traced(inner.invars[0])
+    if twice:  # a broadcast of a broadcast: one broadcast, of the axes composed
+        x, dims = inner.invars[0], tuple(dims[d] for d in inner.params["broadcast_dimensions"])
+    found = _repeat(tuple(x.aval.shape), tuple(source.params["shape"]), dims, eqn)
+    if found is None:
         return []
-    axis = new[0] - 1
-    return [(f"jnp.repeat(_0, {wide[new[0]]}, axis={axis})", [source.invars[0]])]
+    written = f"jnp.repeat(_0, {found[0]}, axis={found[1]})"
+    if not twice:
+        return [(written, [x])]
+    steps = [(tuple(e.params["shape"]), tuple(e.params["broadcast_dimensions"])) for e in (inner, source)]
+    reference = "lax.broadcast_in_dim(lax.broadcast_in_dim(_0, {}, {}), {}, {})".format(*steps[0], *steps[1])
+    reference = f"lax.reshape({reference}, {tuple(eqn.params['new_sizes'])})"
+    return [Candidate(reference, [x], written, "repeat_broadcasts")]
+
+
+def _repeat(
+    shape: tuple[int, ...], wide: tuple[int, ...], dims: tuple[int, ...], reshape: Any
+) -> tuple[int, int] | None:
+    """`(r, d)` when broadcasting `shape` to `wide` along `dims`, then `reshape`, is `jnp.repeat(x, r,
+    axis=d)`: one new axis, after `d`, every other axis as it was, the new one merged into `d`."""
+    new = [d for d in range(len(wide)) if d not in dims]
+    if len(new) != 1 or new[0] == 0 or wide[: new[0]] + wide[new[0] + 1 :] != shape:
+        return None
+    axis, r = new[0] - 1, wide[new[0]]
+    merged = (*shape[:axis], shape[axis] * r, *shape[axis + 1 :])
+    if reshape.params.get("dimensions") is not None or tuple(reshape.params["new_sizes"]) != merged:
+        return None
+    return (r, axis) if dims == tuple(d for d in range(len(wide)) if d != new[0]) else None
 
 
 def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Candidate]:
@@ -348,6 +350,12 @@ def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
         if source is not None:
             tries.append([source if i == j else v for j, v in enumerate(eqn.invars)])
     return _unit_axes(eqn, graph) + [(code, operands) for operands in tries]
+
+
+def _and(eqn: Any, graph: Graph) -> list[Candidate]:
+    """`jnp.tril(x, k)` for torch's decomposition of a boolean `x.tril(k)` (`render.rules.masks`),
+    else as the other operators."""
+    return triangle(eqn, graph) + _promoted(eqn, graph)
 
 
 def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
@@ -418,58 +426,6 @@ def _sliced_axis(eqn: Any) -> int | None:
     return partial[0] if len(partial) == 1 else None
 
 
-def _einsum(eqn: Any, graph: Graph) -> list[Candidate]:
-    """'jnp.einsum("ab,abc->ac", x, y)' for a 'dot_general' that is not a plain matmul (batch axes
-    elsewhere than in front, several contracted axes, an outer product), and with the
-    'transpose' of its result jnp adds when the output's axes come in another order."""
-    if eqn.primitive.name == "transpose":
-        dot = graph.producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
-        if dot is None or dot.primitive.name != "dot_general":
-            return []
-        perm = tuple(eqn.params["permutation"])
-    else:
-        dot, perm = eqn, None
-    if matmul(dot, [ast.Name("_0", ast.Load()), ast.Name("_1", ast.Load())]) is not None:
-        return []  # `a @ b` says it (and `jnp.transpose(a @ b, ...)` what the torch code did)
-    p = dot.params
-    if p["precision"] is not None or p.get("out_sharding") is not None:
-        return []
-    (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
-    a, b = dot.invars
-    if a.aval.ndim + b.aval.ndim > len(_LETTERS):
-        return []
-    names_a = _LETTERS[: a.aval.ndim]
-    shared = dict(zip((*contract_b, *batch_b), (*contract_a, *batch_a)))
-    fresh = iter(_LETTERS[a.aval.ndim :])
-    names_b = [names_a[shared[d]] if d in shared else next(fresh) for d in range(b.aval.ndim)]
-    free_a = [n for d, n in enumerate(names_a) if d not in (*contract_a, *batch_a)]
-    free_b = [n for d, n in enumerate(names_b) if d not in (*contract_b, *batch_b)]
-    out = [names_a[d] for d in batch_a] + free_a + free_b
-    result = "".join(out[d] for d in perm) if perm is not None else "".join(out)
-    keywords = [""]
-    if p["preferred_element_type"] is not None and p["preferred_element_type"] != a.aval.dtype:
-        keywords.append(f", preferred_element_type=jnp.{np.dtype(p['preferred_element_type']).name}")
-    # (jnp contracts the second operand first, and transposes when it must)
-    orders = [(a, names_a, b, "".join(names_b))] + ([(b, "".join(names_b), a, names_a)] if perm else [])
-    specs = [(_relabel(f"{sx},{sy}->{result}"), x, y) for x, sx, y, sy in orders]
-    # jnp contracts several axes in the order of their letters: as the dot does, if relabelling
-    # changed it ('bthd,hde->bte' contracts d, then h)
-    ordered = dict(zip(contract_a, sorted(names_a[d] for d in contract_a)))
-    spec = f"{names_a},{''.join(names_b)}->{result}".translate(
-        str.maketrans({names_a[d]: ordered[d] for d in contract_a}))
-    specs += [(spec, a, b)] if len(contract_a) > 1 else []
-    return [(f'jnp.einsum("{spec}", _0, _1{kws})', [x, y]) for spec, x, y in specs for kws in keywords]
-
-
-_LETTERS = string.ascii_lowercase
-
-
-def _relabel(spec: str) -> str:
-    """The spec with its letters renamed a, b, c, ... in order of first appearance."""
-    order = {c: None for c in spec if c.isalpha()}
-    return spec.translate(str.maketrans(dict(zip(order, _LETTERS))))
-
-
 PATTERNS: dict[str, Callable[[Any, Graph], list[Candidate]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
@@ -479,8 +435,10 @@ PATTERNS: dict[str, Callable[[Any, Graph], list[Candidate]]] = {
     "slice": _split,
     **dict.fromkeys(_BINARY, _promoted),
     "div": _div,
-    "dot_general": _einsum,
-    "transpose": _einsum,
+    "and": _and,
+    "jit": triangle,
+    "dot_general": einsum,
+    "transpose": einsum,
     "dynamic_slice": dynamic_slice,
     "dynamic_update_slice": dynamic_slice,
 }

@@ -54,15 +54,15 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
 
 
 def _full(shape: tuple[int, ...], value: Any) -> ast.expr:
-    """`jnp.zeros(shape, dtype)`, `jnp.ones(...)` or `jnp.full(shape, value, dtype)` for a typed scalar."""
+    """`jnp.zeros(shape, dtype)`, `jnp.ones(...)` (all False, all True for booleans, as torch's
+    `torch.ones(L, S, dtype=torch.bool)`) or `jnp.full(shape, value, dtype)` for a typed scalar."""
     dtype = np.dtype(value.aval.dtype)
     number = np.asarray(value.val, dtype)
-    if dtype != np.bool_ and number == 0 and not np.signbit(number):
+    if number == 0 and (dtype == np.bool_ or not np.signbit(number)):
         return call("jnp.zeros", [literal(shape), dtype_expr(dtype)])
-    if dtype != np.bool_ and number == 1:
+    if number == 1:
         return call("jnp.ones", [literal(shape), dtype_expr(dtype)])
-    fill = ast.Constant(bool(number)) if dtype == np.bool_ else scalar(number, dtype)
-    return call("jnp.full", [literal(shape), fill, dtype_expr(dtype)])
+    return call("jnp.full", [literal(shape), scalar(number, dtype), dtype_expr(dtype)])
 
 
 def new_axes(x: ast.expr, shape: tuple[int, ...], dims: tuple[int, ...]) -> ast.expr:

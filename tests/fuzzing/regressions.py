@@ -99,6 +99,16 @@ REGRESSIONS: dict[str, Program] = {
         "v9, v10, v11 = v5.unbind(1)",
         "v12 = v6 * v7 + v8.sum() + (v9 * v10 - v11).mean()",
     ),
+    # HF's repeat_kv and repeat_interleave (two broadcasts and a reshape: `jnp.repeat`), torch's
+    # decomposition of tril (`jnp.tril`), a causal mask among them; rewrites, held to the bits.
+    "idiom_repeat_and_tril": program(
+        [((2, 2, 5, 4), F32), ((3, 4, 6), F32), ((3, 4, 6), BOOL)],
+        "v3 = v0[:, :, None, :, :].expand(2, 2, 3, 5, 4).reshape(2, 6, 5, 4)",
+        "v4 = torch.repeat_interleave(v0, 3, dim=1)",
+        "v5 = v1.tril(1) - v1.tril(-2) + v1.triu(-1) + v2.tril()",
+        "v6 = torch.ones(5, 5, dtype=torch.bool).tril()",
+        "v7 = (v3 @ v4.mT).masked_fill(~v6, 0.0).sum() + v5.sum()",
+    ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(
         [((3, 4), I64), ((3, 4), BOOL)],

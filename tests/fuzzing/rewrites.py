@@ -33,6 +33,21 @@ def _dot(dims: Any, preferred: Any = jnp.float32) -> Callable[..., Any]:
     return lambda a, b: lax.dot_general(a, b, dims, preferred_element_type=preferred)
 
 
+def _decomposed(side: str, k: int, shared: bool = False) -> Callable[[Any], Any]:
+    """torch's decomposition of `x.tril(k)` (`x.triu(k)`), as torchax stages it (`a - b * alpha`);
+    `shared`: one `arange` for a square mask, as after `render.lower`'s common subexpressions."""
+
+    def fn(x: Any) -> Any:
+        rows, cols = x.shape[-2:]
+        i = jnp.arange(rows, dtype=jnp.int32)
+        j = i if shared else jnp.arange(cols, dtype=jnp.int32)
+        difference = j[None, :] - i[:, None] * 1
+        mask = difference <= k if side == "tril" else difference >= k
+        return jnp.logical_and(mask, x) if x.dtype == jnp.bool_ else jnp.where(mask, x, 0)
+
+    return fn
+
+
 PROOFS: dict[str, list[Proof]] = {
     "matmul_transposed": [
         (_dot((((1,), (1,)), ((), ()))), (_s((8, 16)), _s((12, 16)))),  # F.linear: x @ w.T
@@ -49,6 +64,15 @@ PROOFS: dict[str, list[Proof]] = {
          (_s((2, 3, 8, 16)), _s((2, 3, 16, 10)))),
         (lambda a, b: jnp.reshape(jnp.reshape(a, (4, 5, 7)) @ jnp.reshape(b, (4, 7, 3)), (1, 4, 5, 3)),
          (_s((1, 4, 5, 7)), _s((1, 4, 7, 3)))),
+    ],
+    "repeat_broadcasts": [  # HF's repeat_kv: a new axis of size one, expanded, merged
+        (lambda k: jnp.reshape(jnp.broadcast_to(k[:, :, None], (2, 2, 3, 5, 16)), (2, 6, 5, 16)),
+         (_s((2, 2, 5, 16)),)),
+        (lambda k: jnp.reshape(jnp.broadcast_to(k[:, None], (3, 4, 5)), (12, 5)),
+         (_s((3, 5), jnp.bfloat16),)),
+        (lambda k: jnp.reshape(jnp.broadcast_to(k[..., None], (2, 3, 2)), (2, 6)), (_s((2, 3), jnp.int32),)),
+        (lambda k: jnp.reshape(jnp.broadcast_to(k[:, :, None], (1, 1, 2, 4, 8)), (1, 2, 4, 8)),
+         (_s((1, 1, 4, 8)),)),  # axes of size one: the batch and the one KV head
     ],
     "times_one": [
         (lambda x: lax.mul(x, 1.0), (_s((4, 8)),)),
@@ -90,6 +114,17 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: tuple(jnp.squeeze(p, axis=0) for p in jnp.split(x, 2, axis=0)),
          (_s((2, 9), jnp.int32),)),
         (lambda x: tuple(jnp.squeeze(p, axis=2) for p in jnp.split(x, 4, axis=2)), (_s((3, 5, 4)),)),
+    ],
+    "triangular_mask": [  # torch's decomposition of tril and triu
+        (_decomposed("tril", 0), (_s((4, 6)),)),
+        (_decomposed("tril", 1), (_s((2, 5, 3), jnp.bfloat16),)),
+        (_decomposed("triu", -1), (_s((3, 4, 6)),)),
+        (_decomposed("tril", -2, shared=True), (_s((5, 5), jnp.int32),)),
+        (_decomposed("tril", 0, shared=True), (_s((2, 5, 5), jnp.bool_),)),  # a causal mask
+        (_decomposed("triu", 1), (_s((4, 3), jnp.bool_),)),
+        (_decomposed("tril", 9), (_s((4, 6)),)),  # beyond the corners: all kept
+        (_decomposed("triu", -9), (_s((4, 6), jnp.float16),)),
+        (_decomposed("tril", -9), (_s((4, 6)),)),  # none kept
     ],
     "unit_axes": [
         (lambda v: jnp.reshape(v, (1, 16, 1, 1)), (_s((16,)),)),  # BatchNorm's statistics
