@@ -163,16 +163,27 @@ class _Net(torch.nn.Module):
         return self.head(outputs["hidden"]) + outputs["mean"]
 
 
+def _exported_lines(
+    model: torch.nn.Module, x: torch.Tensor, *, generic: bool = False, rtol: float = 1e-5
+) -> list[str]:
+    """The stripped lines of `model`'s export (shape-generic if asked), after checking that it
+    computes what torch does under jit."""
+    retrace = (lambda resize: Capture(resize=resize)(model, x)) if generic else None
+    program = lower(capture(model, x), retrace)
+    text = render_program(program, source="test")
+    module = load_module(text)
+    params = [module.load_params(model)] if program.takes_params else []
+    got = jax.jit(module.forward)(*params, jnp.asarray(x.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=rtol, atol=1e-6)
+    return [line.strip() for line in text.splitlines()]
+
+
 def test_exported_names_read_as_torch_wrote_them():
     torch.manual_seed(0)
     model, x = _Net().eval(), torch.randn(5, 8)
-    program = lower(capture(model, x), lambda resize: Capture(resize=resize)(model, x))
-    text = render_program(program, source="test")
-    module = load_module(text)
-    got = jax.jit(module.forward)(module.load_params(model), jnp.asarray(x.numpy()))
-    with torch.no_grad():
-        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
-    lines = [line.strip() for line in text.splitlines()]
+    lines = _exported_lines(model, x, generic=True)
+    text = "\n".join(lines)
     # A typed assignment's name for a whole result, not the callee's.
     assert "outputs = body_forward(params[\"body\"], x)" in lines
     # `k` rebound: reused while the old value is dead, suffixed only while it is still needed.
@@ -216,12 +227,7 @@ def test_a_loop_over_two_lists_reads_as_the_torch_loop(zipped, loop):
     second indexed) as torch's loop has them."""
     torch.manual_seed(0)
     model, x = _Gated(zipped).eval(), torch.randn(5, 8)
-    text = render_program(lower(capture(model, x)), source="test")
-    module = load_module(text)
-    got = jax.jit(module.forward)(module.load_params(model), jnp.asarray(x.numpy()))
-    with torch.no_grad():
-        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
-    lines = [line.strip() for line in text.splitlines()]
+    lines = _exported_lines(model, x)
     start = lines.index(loop[0])
     assert lines[start : start + 3] == [*loop, "return x"]
 
@@ -241,12 +247,7 @@ def test_a_loop_no_torch_loop_names_is_named_after_its_modules():
     (a private class's underscore dropped)."""
     torch.manual_seed(0)
     model, x = _Staged().eval(), torch.randn(2, 8)
-    text = render_program(lower(capture(model, x)), source="test")
-    module = load_module(text)
-    got = jax.jit(module.forward)(module.load_params(model), jnp.asarray(x.numpy()))
-    with torch.no_grad():
-        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-5, atol=1e-6)
-    lines = [line.strip() for line in text.splitlines()]
+    lines = _exported_lines(model, x)
     assert lines[lines.index('for block in params["stage"]:') + 1] == "x = block_forward(block, x)"
 
 
@@ -278,13 +279,8 @@ def _rotate(x: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tens
 def test_the_items_of_a_returned_tuple_take_the_names_it_was_returned_by():
     torch.manual_seed(0)
     model, x = _UsesPair().eval(), torch.randn(3, 4)
-    text = render_program(lower(capture(model, x)), source="test")
-    module = load_module(text)
-    got = jax.jit(module.forward)(jnp.asarray(x.numpy()))  # no weights: no params
-    with torch.no_grad():
-        np.testing.assert_allclose(np.asarray(got), model(x).numpy(), rtol=1e-6, atol=1e-6)
-    lines = [line.strip() for line in text.splitlines()]
-    assert "cos, sin = rotary_forward(x)" in lines, text
+    lines = _exported_lines(model, x, rtol=1e-6)  # no weights: no params
+    assert "cos, sin = rotary_forward(x)" in lines, "\n".join(lines)
 
 
 def _straight_line(source: str, params: list[str], scope: Scope) -> Function:

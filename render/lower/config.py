@@ -26,6 +26,7 @@ from typing import Any
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Keyword, named
 from jaxside.render.lower.kinds import branch
+from jaxside.render.lower.places import place_in, put
 
 Difference = tuple[ast.AST, str, int | None, list[Any]]
 """Where a number differs between the defs: (parent, field, index or None, value in each def,
@@ -64,7 +65,7 @@ def config_keywords(
         if holder is None or uniform:
             for k in ran:
                 given[k] = ast.Constant(rows[0][k])
-            places = [_place(c, parents) for c in constants]
+            places = [place_in(parents[id(c)], c) for c in constants]
         else:
             for k in ran:
                 for constant, row in zip(constants, rows):
@@ -81,16 +82,6 @@ def _keyword_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.keyword | Non
     while isinstance(parent, (ast.Tuple, ast.List, ast.UnaryOp)):
         parent = parents.get(id(parent))
     return parent if isinstance(parent, ast.keyword) and parent.arg else None
-
-
-def _place(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, str, int | None]:
-    parent = parents[id(node)]
-    for attr, value in ast.iter_fields(parent):
-        if value is node:
-            return parent, attr, None
-        if isinstance(value, list) and any(item is node for item in value):
-            return parent, attr, next(i for i, item in enumerate(value) if item is node)
-    raise AssertionError("a node not under its parent")
 
 
 def _base_name(holder: ast.keyword | None, values: list[Any]) -> str:
@@ -125,10 +116,7 @@ def _named(
             fresh = function.scope.fresh(base, "argument")
             keyword = keywords[(base, values)] = Keyword(fresh, by_call, copy.deepcopy(default))
         for parent, attr, index in places:
-            if index is None:
-                setattr(parent, attr, named(keyword.name))
-            else:
-                getattr(parent, attr)[index] = named(keyword.name)
+            put(parent, attr, index, named(keyword.name))
     return list(keywords.values())
 
 

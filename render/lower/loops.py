@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Loop, Statement, named
 from jaxside.render.lower.context import Context
+from jaxside.render.lower.places import positions, put
 from jaxside.render.names import snake
 from jaxside.tracing.trace import Site
 
@@ -63,24 +63,24 @@ def _find_run(
         key = _calls_of(body[index], defs)
         if key is not None:
             anchors.setdefault(key, []).append(index)
-    for positions in sorted(anchors.values()):
-        if len(positions) < 2:
+    for calls in sorted(anchors.values()):
+        if len(calls) < 2:
             continue
-        length = positions[1] - positions[0]
-        if any(b - a != length for a, b in zip(positions, positions[1:])):
+        length = calls[1] - calls[0]
+        if any(b - a != length for a, b in zip(calls, calls[1:])):
             continue
         for offset in range(length):
-            start = positions[0] - offset
-            if start < done or start + len(positions) * length > len(body):
+            start = calls[0] - offset
+            if start < done or start + len(calls) * length > len(body):
                 continue
-            segments = [body[start + j * length : start + (j + 1) * length] for j in range(len(positions))]
-            after = [s.node() for s in body[start + len(positions) * length :]]
+            segments = [body[start + j * length : start + (j + 1) * length] for j in range(len(calls))]
+            after = [s.node() for s in body[start + len(calls) * length :]]
             if returns is not None:
                 after.append(ast.Return(returns))
             plan = _match(segments, after)
             if plan is not None:
                 plan["anchor"] = offset
-                return start, len(positions), length, plan
+                return start, len(calls), length, plan
     return None
 
 
@@ -100,7 +100,7 @@ def _make_loop(
     canon = {m: carries.get(m, name) for m, name in enumerate(defined[0])}
     anchor = segments[0][plan["anchor"]]
     module = ast.Module([copy.deepcopy(s.node()) for s in segments[0]], [])
-    places = {id(node): (parent, attr, index) for parent, attr, index, node in _positions(module)}
+    places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(module)}
     ints = _ints(module)
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, plan["progressions"]) if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
@@ -122,9 +122,9 @@ def _make_loop(
             parent, attr, index = places[id(node)]
             if ast.dump(parent.value) == ast.dump(main):  # type: ignore[attr-defined]
                 grand, attr, index = places[id(parent)]
-                _replace(grand, attr, index, named(element_name))
+                put(grand, attr, index, named(element_name))
             else:
-                _replace(parent, attr, index, named(index_name))
+                put(parent, attr, index, named(index_name))
         pair = [named(index_name, ast.Store()), named(element_name, ast.Store())]
         header_target = ast.Tuple(pair, ast.Store())
         iterable = ast.Call(named("enumerate"), [copy.deepcopy(main)], [])
@@ -143,7 +143,7 @@ def _make_loop(
                     base = f"{element}_{keys[-1]}"
                 lists[key] = (parent.value, scope.fresh(base, "loop"))  # type: ignore[attr-defined]
             grand, attr, index = places[id(parent)]
-            _replace(grand, attr, index, named(lists[key][1]))
+            put(grand, attr, index, named(lists[key][1]))
         names = [named(n, ast.Store()) for _, n in lists.values()]
         iterables = [copy.deepcopy(e) for e, _ in lists.values()]
         header_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
@@ -152,7 +152,7 @@ def _make_loop(
         index_name = scope.fresh(torch_index or "i", "loop")
         for node, v0, step in varying:
             parent, attr, index = places[id(node)]
-            _replace(parent, attr, index, _affine(index_name, v0, step))
+            put(parent, attr, index, _affine(index_name, v0, step))
         header_target = named(index_name, ast.Store())
         iterable = ast.Call(named("range"), [ast.Constant(count)], [])
     # A carry torch names otherwise inside the loop (`hidden_states = inputs_embeds` before
@@ -203,13 +203,13 @@ def _make_loop(
     if function.returns is not None:
         roots.append(function.returns)
     holder = ast.Module([ast.Expr(r) if isinstance(r, ast.expr) else r for r in roots], [])  # type: ignore[misc]
-    for parent, attr, index, node in list(_positions(holder)):
+    for parent, attr, index, node in list(positions(holder)):
         for m, target in plan["collected"].items():
             if node is target:
                 replacement: ast.expr = named(collected_names[m])
                 if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
                     replacement = ast.Call(named("tuple"), [replacement], [])
-                _replace(parent, attr, index, replacement)
+                put(parent, attr, index, replacement)
     for node in ast.walk(holder):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in last:
             node.id = last[node.id]
@@ -229,13 +229,6 @@ def _make_loop(
         [seg[plan["anchor"]].call for seg in segments if seg[plan["anchor"]].call is not None],
     )
     return loop, before
-
-
-def _replace(parent: ast.AST, attr: str, index: int | None, node: ast.AST) -> None:
-    if index is None:
-        setattr(parent, attr, node)
-    else:
-        getattr(parent, attr)[index] = node
 
 
 def _affine(index: str, start: int, step: int) -> ast.expr:
@@ -316,7 +309,7 @@ def _reroll_lists(low: Context, function: Function, statement: Statement) -> Non
     if isinstance(statement, Loop):
         return
     holder = ast.Module([ast.Expr(statement.value)], [])
-    for parent, attr, index, node in list(_positions(holder)):
+    for parent, attr, index, node in list(positions(holder)):
         if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
             continue
         if not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name) for e in node.elts):
@@ -326,7 +319,7 @@ def _reroll_lists(low: Context, function: Function, statement: Statement) -> Non
             continue
         if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
             comprehension = ast.Call(named("tuple"), [comprehension], [])
-        _replace(parent, attr, index, comprehension)
+        put(parent, attr, index, comprehension)
     statement.value = holder.body[0].value  # type: ignore[attr-defined]
 
 
@@ -351,7 +344,7 @@ def _comprehension(
         progressions.append((values[0], step))
     element = copy.deepcopy(elements[0])
     holder = ast.Expr(element)
-    places = {id(node): (parent, attr, index) for parent, attr, index, node in _positions(holder)}
+    places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(holder)}
     ints = _ints(holder)
     varying = [(node, v0, step) for node, (v0, step) in zip(ints, progressions) if step]
     if not varying:
@@ -372,7 +365,7 @@ def _comprehension(
                 base = (target or "item") if root == "params" else f"{target or 'item'}_{root}"
                 lists[key] = (parent.value, function.scope.fresh(base, "loop"))  # type: ignore[attr-defined]
             grand, attr, index = places[id(parent)]
-            _replace(grand, attr, index, named(lists[key][1]))
+            put(grand, attr, index, named(lists[key][1]))
         names = [named(n, ast.Store()) for _, n in lists.values()]
         iterables = [copy.deepcopy(e) for e, _ in lists.values()]
         loop_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
@@ -381,23 +374,10 @@ def _comprehension(
         index_name = function.scope.fresh(torch_index or "i", "loop")
         for node, v0, step in varying:
             parent, attr, index = places[id(node)]
-            _replace(parent, attr, index, _affine(index_name, v0, step))
+            put(parent, attr, index, _affine(index_name, v0, step))
         loop_target = named(index_name, ast.Store())
         iterable = ast.Call(named("range"), [ast.Constant(count)], [])
     return ast.ListComp(holder.value, [ast.comprehension(loop_target, iterable, [], 0)])
-
-
-def _positions(node: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.AST]]:
-    """Every node under `node` with its parent and place, depth first, in field order."""
-    for attr, value in ast.iter_fields(node):
-        if isinstance(value, list):
-            for i, item in enumerate(value):
-                if isinstance(item, ast.AST):
-                    yield node, attr, i, item
-                    yield from _positions(item)
-        elif isinstance(value, ast.AST):
-            yield node, attr, None, value
-            yield from _positions(value)
 
 
 def _ints(tree: ast.AST) -> list[ast.Constant]:
@@ -408,7 +388,7 @@ def _ints(tree: ast.AST) -> list[ast.Constant]:
         for keyword in call.keywords for n in ast.walk(keyword)
     }
     return [
-        node for _, _, _, node in _positions(tree)
+        node for _, _, _, node in positions(tree)
         if isinstance(node, ast.Constant) and type(node.value) is int and id(node) not in config
     ]
 
@@ -420,7 +400,7 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
     ints: list[int] = []
     defined: list[str] = []
     counted = {id(node) for node in _ints(module)}
-    for _, _, _, node in list(_positions(module)):
+    for _, _, _, node in list(positions(module)):
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store):
                 if node.id != "_":

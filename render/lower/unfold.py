@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 from jaxside.render.ir import Define, Fold, Function, Guard, Loop, Statement, fold_of, named
 from jaxside.render.layout import MODULE_WIDTH, format_statement
+from jaxside.render.lower.places import place_under, put
 
 __all__ = ["unfold"]
 
@@ -76,19 +77,19 @@ def _split(
         if name in own:
             continue  # `act_fn_1 = act_fn(...)` before `act_fn = act_fn_1 * ...` would mislead
         hole = named(name)
-        _put(parent, field, index, hole)
+        put(parent, field, index, hole)
         rest = _with_value(statement, value, statement.eqns)
         taken = _lines(Statement([name], part, [], None), indent, width, ast.Assign)
         total = taken + _lines(rest, indent, width, kind)
-        _put(parent, field, index, part)
+        put(parent, field, index, part)
         if total < lines and (best is None or total < best[0]):
             best = (total, part, name, fold)
     if best is None:
         return [statement]
     _, part, base, fold = best
     name = function.scope.fresh(base, "expression")
-    parent, field, index = _locate(value, part)
-    _put(parent, field, index, named(name))
+    parent, field, index = place_under(value, part)
+    put(parent, field, index, named(name))
     eqns = [e for e in fold.eqns if e in statement.eqns] if statement.eqns else list(fold.eqns)
     first = Statement([name], part, eqns, fold.site, fold.call, when=copy.deepcopy(statement.when))
     rest = _with_value(statement, value, [e for e in statement.eqns if e not in eqns])
@@ -141,20 +142,3 @@ def _name(node: ast.AST, fold: Fold) -> str | None:
     ):
         return func.attr
     return None
-
-
-def _locate(value: ast.expr, part: ast.expr) -> tuple[ast.AST, str, int | None]:
-    for parent in ast.walk(value):
-        for field, child in ast.iter_fields(parent):
-            if child is part:
-                return parent, field, None
-            if isinstance(child, list) and any(c is part for c in child):
-                return parent, field, next(i for i, c in enumerate(child) if c is part)
-    raise AssertionError("a part of the statement is not in it")
-
-
-def _put(parent: ast.AST, field: str, index: int | None, node: ast.expr) -> None:
-    if index is None:
-        setattr(parent, field, node)
-    else:
-        getattr(parent, field)[index] = node

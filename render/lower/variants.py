@@ -22,6 +22,7 @@ from jaxside.render.ir import Function, Keyword, named
 from jaxside.render.lower.calltree import Group
 from jaxside.render.lower.config import config_keywords, kind_suffixes
 from jaxside.render.lower.kinds import Merged, merge_kinds
+from jaxside.render.lower.places import put
 
 Atom = tuple[str, int]
 """A dimension of a def's argument: (parameter, axis)."""
@@ -179,7 +180,7 @@ def _fit_numbers(first: Function, rows: list[Row], functions: list[Function]) ->
                 aligned[position[id(f)]] = v
             configs.append((parent, attr, index, aligned))
         else:
-            _put(parent, attr, index, expr)
+            put(parent, attr, index, expr)
     first.keywords = config_keywords(first, tree, configs, functions)
     return True
 
@@ -210,13 +211,6 @@ def _share(groups: list[Group], first: Function, functions: list[Function]) -> N
     first.calls.sort(key=lambda call: order.get(id(call), -1))
     for group in groups:
         group.function = first
-
-
-def _put(parent: ast.AST, attr: str, index: int | None, expr: ast.expr) -> None:
-    if index is None:
-        setattr(parent, attr, expr)
-    else:
-        getattr(parent, attr)[index] = expr
 
 
 def _call_of(node: ast.AST, parents: dict[int, ast.AST]) -> str:
