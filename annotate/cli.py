@@ -20,8 +20,10 @@ from typing import Any, NoReturn
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.command import add_common, run_command
-from jaxside.annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
-from jaxside.annotate.output import check_target, emit, write
+from jaxside.annotate.errors import Context, Failure, UserCodeRaised
+from jaxside.annotate.files import imported_beside
+from jaxside.annotate.noise import library_warnings
+from jaxside.annotate.results import MAIN, check_outputs, write_results
 from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
@@ -42,6 +44,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise Failure(message, "see annotate --help")
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        options = super().parse_args(args, namespace)
+        if options.file is None and isinstance(options.json, str):  # `annotate --json model.py`
+            options.file, options.json = options.json, MAIN
+        if options.file is None:
+            self.error("the following arguments are required: FILE")
+        return options
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
@@ -51,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("file", metavar="FILE", help="the torch model file (never modified); - reads it from stdin")
+    add("file", metavar="FILE", nargs="?", help="the torch model file (never modified); - reads it from "
+        "stdin")
     add("--entry", metavar="EXPR", help="what to trace: a function or module, as an expression in "
         "FILE's namespace with torch imported (default: FILE's example())")
     add("--inputs", metavar="EXPR", help="positional inputs: a tuple expression (anything else is the "
@@ -61,15 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound to the "
         "entry, e.g. 'model.setup_caches(1, 64)'")
     add("--export", action="store_true", help="write a structured JAX module instead of comments")
-    add("--json", action="store_true", help="write the torch line -> JAX statements map as JSON instead "
-        "of comments: each value's origin, shape and dtype (schema in docs/usage.md)")
+    add("--json", metavar="PATH", nargs="?", const=MAIN, help="the torch line -> JAX statements map as "
+        "JSON, every traced file's lines: each value's origin, shape and dtype (schema in docs/usage.md); "
+        "bare, instead of comments; with a PATH, written there beside the other outputs")
     add("-o", "--output", metavar="PATH", help="write the result here instead of stdout (- is stdout); "
         "only if it changed, never FILE itself, and an existing file annotate did not write only "
-        "with --force")
+        "with --force; a directory (DIR/) gets an annotated copy of every file whose code made JAX")
+    add("--file", dest="file_name", metavar="NAME", help="show the comments of this traced file (a "
+        "name or path; default: FILE if its lines made JAX, else the file with most lines that did)")
     add("--force", action="store_true", help="let -o and --html replace an existing file that annotate "
         "did not write")
     add("--check", action="store_true", help="run the exported module and compare it with torch "
-        "(at the example inputs, and at other sizes where the export is generic)")
+        "(at the example inputs, and at other sizes where the export is generic); without --export, "
+        "beside the comments (or the other outputs asked for)")
     add("--static-shapes", action="store_true", help="write every size as traced, not as expressions "
         "of the inputs' shapes (one extra trace per set of sizes fewer)")
     add("--rtol", type=float, default=None, metavar="X", help="relative tolerance for --check")
@@ -77,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--abstract", action="store_true", help="build the entry on the meta device and trace shapes "
         "only: no weight is allocated (a 70B model on a laptop)")
     add("--shapes", action="store_true", help="show each value's shape and dtype in the comments")
-    add("--html", metavar="PATH", help="also write a side-by-side HTML view to PATH (alone, without "
-        "--export or -o, only the HTML is written)")
+    add("--html", metavar="PATH", help="also write a side-by-side HTML view to PATH (without -o, "
+        "--export or a bare --json, only the HTML and --json PATH are written)")
     add("--watch", metavar="PATH_OR_MODULE", action="append", default=[], help="also record this "
         "file, directory or module as user code (repeatable)")
     add_common(parser)
@@ -110,13 +125,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         import jax  # noqa: F401
         import torch  # noqa: F401
 
-        from jaxside.annotate.loading import (
-            defined_names,
-            find_entry,
-            load_file,
-            namespace_of,
-            source_encoding,
-        )
+        from jaxside.annotate.loading import defined_names, find_entry, load_file, namespace_of
         from jaxside.tracing import Capture, CaptureError, user_code
 
     file = str(Path(options.file).resolve())
@@ -126,9 +135,10 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         status.phase(f"importing {Path(options.shown_file).name}")
         watch = [file]
         context.is_user_file = user_code(None, watch)
+        before = set(sys.modules)
         module = load_file(options.file)
         context.defined = defined_names(namespace_of(module))
-        watch += [_resolve_watch(item) for item in options.watch]
+        watch += imported_beside(before, file) + [_resolve_watch(item) for item in options.watch]
         interrupts.check()
         status.phase("building the model and its inputs")
         entry = find_entry(module, options, abstract=options.abstract)
@@ -138,37 +148,22 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         status.phase(f"tracing {_name(entry.fn)}")
         capture = Capture(watch=watch, abstract=options.abstract, progress=status.progress)
         try:
-            trace = capture(entry.fn, *entry.args, **entry.kwargs)
+            with library_warnings(context.is_user_file, status.say):
+                trace = capture(entry.fn, *entry.args, **entry.kwargs)
         except CaptureError:
             raise
         except (Exception, SystemExit) as error:
             raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
     interrupts.check()
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
-    code = EXIT_OK
-    if options.export or options.check:
-        from jaxside.annotate.export import run
-
-        retrace = None
-        if not options.static_shapes:
-            def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
-                again = Capture(watch=watch, abstract=options.abstract, resize=resize)
-                with contextlib.redirect_stdout(sys.stderr):
-                    return again(entry.fn, *entry.args, **entry.kwargs)
-        code = run(options, entry, trace, retrace)
-    elif options.json:
-        from jaxside.render.json import to_json
-
-        emit(to_json(trace), options)
-    elif not options.html or options.output:
-        from jaxside.render.comments import annotate_file
-
-        emit(annotate_file(trace, file, shapes=options.shapes), options, encoding=source_encoding(file))
-    if options.html:
-        from jaxside.render.html import side_by_side
-
-        write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html")
-    return code
+    retrace = None
+    if (options.export or options.check) and not options.static_shapes:
+        def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
+            again = Capture(watch=watch, abstract=options.abstract, resize=resize)
+            with contextlib.redirect_stdout(sys.stderr), library_warnings(context.is_user_file, status.say):
+                return again(entry.fn, *entry.args, **entry.kwargs)
+    with library_warnings(context.is_user_file, status.say):
+        return write_results(options, trace, entry, retrace, status.say)
 
 
 def _module_positions(fn: Any) -> dict[str, int]:
@@ -199,8 +194,6 @@ def _check_options(options: argparse.Namespace) -> None:
     from jaxside.annotate.loading import check_source
 
     check_source(options.file)
-    if options.json and (options.export or options.check):
-        raise Failure("--json writes the line map, --export and --check the module", "give one of them")
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")
@@ -208,15 +201,7 @@ def _check_options(options: argparse.Namespace) -> None:
         value = getattr(options, name)
         if value is not None and not value >= 0:
             raise Failure(f"--{name} must be a number >= 0, not {value}", f"e.g. --{name} 1e-5")
-    if options.output == "-" and options.html == "-":
-        raise Failure("-o - and --html - both want stdout", "write one of them to a file")
-    if (options.output and options.html and options.output != "-"
-            and Path(options.output).resolve() == Path(options.html).resolve()):
-        raise Failure("-o and --html name the same file", "give them different paths",
-                      file=options.output)
-    for flag, path in (("-o", options.output), ("--html", options.html)):
-        if path and path != "-":
-            check_target(path, options, flag)
+    check_outputs(options)
 
 
 def _resolve_watch(item: str) -> str:
