@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import sys
 from collections.abc import Iterator, Sequence
@@ -97,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--watch", metavar="PATH_OR_MODULE", action="append", default=[], help="also record this "
         "file, directory or module as user code (repeatable)")
     add_common(parser)
+    # FILE is optional to argparse only so that `annotate --json model.py` still reads model.py as FILE.
+    parser.usage = parser.format_usage().removeprefix("usage: ").replace(" [FILE]", " FILE").strip()
     return parser
 
 
@@ -143,12 +146,14 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         status.phase("building the model and its inputs")
         entry = find_entry(module, options, abstract=options.abstract)
         context.is_user_file = user_code(entry.fn, watch)
+        # The engines' warnings dropped from here on; what they say about the user's code said once.
+        quiet = functools.partial(library_warnings, context.is_user_file, status.say, set())
         status.modules = _module_positions(entry.fn)
         interrupts.check()
         status.phase(f"tracing {_name(entry.fn)}")
         capture = Capture(watch=watch, abstract=options.abstract, progress=status.progress)
         try:
-            with library_warnings(context.is_user_file, status.say):
+            with quiet():
                 trace = capture(entry.fn, *entry.args, **entry.kwargs)
         except CaptureError:
             raise
@@ -160,9 +165,9 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     if (options.export or options.check) and not options.static_shapes:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
             again = Capture(watch=watch, abstract=options.abstract, resize=resize)
-            with contextlib.redirect_stdout(sys.stderr), library_warnings(context.is_user_file, status.say):
+            with contextlib.redirect_stdout(sys.stderr), quiet():
                 return again(entry.fn, *entry.args, **entry.kwargs)
-    with library_warnings(context.is_user_file, status.say):
+    with quiet():
         return write_results(options, trace, entry, retrace, status.say)
 
 

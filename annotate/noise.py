@@ -24,12 +24,14 @@ _TRUNCATED = re.compile(
 
 
 @contextlib.contextmanager
-def library_warnings(is_user_file: Callable[[str], bool], say: Callable[[str], None]) -> Iterator[None]:
-    """Inside: warnings from library files are dropped, a dtype truncation said once in our words;
-    warnings attributed to the user's files are shown as Python would."""
+def library_warnings(
+    is_user_file: Callable[[str], bool], say: Callable[[str], None], said: set[tuple[str, str]]
+) -> Iterator[None]:
+    """Inside: warnings from library files are dropped, a dtype truncation said in our words once
+    per line of the user's (`said` holds those said, across the run); warnings attributed to the
+    user's files are shown as Python would."""
     from jaxside.tracing import is_library_file
 
-    said: set[tuple[str, str]] = set()
     with warnings.catch_warnings():
         shown = warnings.showwarning
 

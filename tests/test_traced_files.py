@@ -111,9 +111,15 @@ def test_combinations_that_cannot_work_are_refused_before_anything_runs(
 
 
 def test_check_alone_writes_the_comments_and_checks(project, gpt_comments, capsys):
-    code, out, err = run(capsys, project / "run_tiny_gpt.py", "--check", "-q")
+    code, out, err = run(capsys, project / "run_tiny_gpt.py", "--check")
     assert code == 0 and out == gpt_comments[1]
     assert "--check: the export against torch eager" in err and " ok" in err
+    assert len([line for line in err.splitlines() if "int64" in line]) == 1, err  # said once a run
+
+
+def test_json_before_file_still_reads_file(project, capsys):
+    code, out, _ = run(capsys, "--json", project / "run_tiny_gpt.py", "-q")
+    assert code == 0 and json.loads(out)["lines"]
 
 
 def test_every_output_from_one_capture(project, tmp_path, capsys, monkeypatch):
