@@ -11,7 +11,6 @@ with torch to whichever of these is written. What cannot be done together is ref
 from __future__ import annotations
 
 import argparse
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,13 +52,14 @@ def check_outputs(options: argparse.Namespace) -> None:
         if main != "comments" and not options.html:
             raise Failure("--file chooses which file's comments or HTML view to write, and this run writes "
                           "neither", "drop --file, or add --html PATH")
-    paths = {"-o": options.output if main else None, "--html": options.html,
-             "--json": options.json if isinstance(options.json, str) else None}
-    stdout = [flag for flag, path in paths.items() if path == "-"]
+    paths = _paths(options)
+    stdout = [f"{flag} -" for flag, path in paths.items() if path == "-"]
     if main and not options.output:
-        stdout.insert(0, "the result")
+        stdout.insert(0, f"the {main}")
     if len(stdout) > 1:
-        raise Failure(f"{' and '.join(stdout)} all want stdout", "write all but one of them to files")
+        two = len(stdout) == 2
+        raise Failure(f"{' and '.join(stdout)} {'both' if two else 'all'} want stdout",
+                      "write one of them to a file" if two else "write all but one of them to files")
     named = [(flag, Path(path).resolve()) for flag, path in paths.items() if path and path != "-"]
     for n, (flag, path) in enumerate(named):
         clash = next((other for other, second in named[n + 1:] if second == path), None)
@@ -71,6 +71,12 @@ def check_outputs(options: argparse.Namespace) -> None:
     for flag, path in paths.items():
         if path and path != "-" and not (flag == "-o" and directory):
             check_target(path, options, flag)
+
+
+def _paths(options: argparse.Namespace) -> dict[str, str | None]:
+    """The path each output flag names (None: not written)."""
+    return {"-o": options.output if main_result(options) else None, "--html": options.html,
+            "--json": options.json if isinstance(options.json, str) else None}
 
 
 def write_results(
@@ -87,6 +93,9 @@ def write_results(
     traced = files.choose(trace, options.file, options.file_name, _shown_as(options))
     views = main == "comments" or options.html
     copies = main == "comments" and files.is_directory(options.output)
+    for flag, path in _paths(options).items():  # before anything is written
+        if path and path != "-" and not (flag == "-o" and copies):
+            files.refuse_sources(path, traced, flag)
     if views and not copies:
         text = files.note(traced, options.file)
         if text is not None:
@@ -96,16 +105,13 @@ def write_results(
     elif copies:
         write_copies(options, trace, traced)
     elif main == "comments":
-        if options.output and options.output != "-":
-            files.refuse_sources(options.output, traced, "-o")
         text = _comments(trace, traced.shown, options)
-        emit(text, options, encoding=_encoding(traced.shown, source_encoding))
+        emit(text, options, encoding=source_encoding(traced.shown))
     if isinstance(options.json, str):
         write(_json(trace), options.json, options, "--json")
     if options.html:
         from jaxside.render.html import side_by_side
 
-        files.refuse_sources(options.html, traced, "--html")
         write(side_by_side(trace, traced.shown, shapes=options.shapes), options.html, options, "--html")
     if options.export or options.check:
         from jaxside.annotate.export import run
@@ -139,12 +145,6 @@ def _json(trace: Any) -> str:
     from jaxside.render.json import to_json
 
     return to_json(trace)
-
-
-def _encoding(path: str, detect: Callable[[str], str]) -> str:
-    with contextlib.suppress(OSError):
-        return detect(path)
-    return "utf-8"
 
 
 def _shown_as(options: argparse.Namespace) -> str | None:

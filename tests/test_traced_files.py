@@ -84,9 +84,10 @@ def test_output_directory_gets_a_copy_of_each_traced_file_and_no_original_change
     assert "wrote" in err and "--file NAME" not in err
 
 
-def test_output_naming_a_traced_module_is_refused(project, capsys):
+@pytest.mark.parametrize("flags", [["-o"], ["--export", "-o"]])
+def test_output_naming_a_traced_module_is_refused(project, capsys, flags):
     before = digest(project / "tiny_gpt.py")
-    code, out, err = run(capsys, project / "run_tiny_gpt.py", "-o", project / "tiny_gpt.py", "--force")
+    code, out, err = run(capsys, project / "run_tiny_gpt.py", *flags, project / "tiny_gpt.py", "--force")
     assert code == 2 and out == ""
     assert "tiny_gpt.py, which the trace ran" in err.splitlines()[-1]
     assert digest(project / "tiny_gpt.py") == before
