@@ -100,7 +100,8 @@ def test_output_naming_a_traced_module_is_refused(project, capsys, flags):
     (["--json", "-o", "{tmp}/out/"], "one map of every file"),
     (["--file", "tiny_gpt.py", "-o", "{tmp}/out/"], "give one of them"),
     (["--file", "tiny_gpt.py", "--export"], "drop --file"),
-    (["--json", "-", "--html", "-"], "all want stdout"),
+    (["--json", "-", "--html", "-"], "--html - and --json - both want stdout"),
+    (["--json", "-", "--html", "-", "-o", "-"], "-o - and --html - and --json - all want stdout"),
     (["--json", "{tmp}/same", "--html", "{tmp}/same"], "name the same file"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_anything_runs(
