@@ -1,4 +1,5 @@
-# jaxside: `make demo` sets up and annotates the bundled Llama sample; `make test` sets up and runs the tests.
+# jaxside: `make demo` installs what annotate needs and annotates the bundled Llama sample; `make test`
+# installs the test extras too and runs the tests.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,21 +12,28 @@ VENV312 := .venv-3.12
 # Said loudly; under CI (`CI` set) a missing interpreter fails the run.
 missing = { printf '\n*** %s ***\n\n' "$(1)" >&2; [ -z "$$CI" ] || exit 1; }
 
-.PHONY: setup demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo clean
+.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo clean
 
-$(VENV)/.installed: pyproject.toml
+# What `annotate` itself needs (torch, jax, torchax, ...): all `make demo` installs.
+$(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch 2.13.0 is pinned: here it is a local CPU wheel; any other version pulls GBs of CUDA.
 	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+# And what the tests need: the [test] extra (pytest, selenium, ipython, flax, equinox, transformers...).
+$(VENV)/.installed: $(VENV)/.runtime
 	$(PY) -m pip install --quiet -e '.[test]'
 	# timm for tests/test_instances.py (resnet18's blocks); without its torch/torchvision deps.
 	$(PY) -m pip install --quiet --no-deps 'timm>=1.0,<2'
 	touch $@
 
+setup-demo: $(VENV)/.runtime
 setup: $(VENV)/.installed
 
-demo: setup
+demo: setup-demo
 	$(VENV)/bin/annotate samples/llama_model.py
 
 # Lint, the whole suite on 3.11 and on 3.12 (each with torch), the frame recorder on 3.13.
