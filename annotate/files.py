@@ -155,7 +155,7 @@ def refuse_sources(target: str | Path, traced: Traced, flag: str) -> None:
 def imported_beside(before: set[str], file: str) -> list[str]:
     """The files of the modules FILE's import brought in from FILE's own directory tree (the
     model's module beside an ``example()`` file): user code even when the entry is a plain
-    function that calls them."""
+    function that calls them. Not an installed package's (a project's ``.venv`` may sit there)."""
     from jaxside.tracing import is_library_file
 
     root = str(Path(file).resolve().parent) + os.sep
@@ -165,6 +165,8 @@ def imported_beside(before: set[str], file: str) -> list[str]:
         if name in before or not path:
             continue
         path = str(Path(path).resolve())
-        if path.startswith(root) and path.endswith(".py") and not is_library_file(path):
+        inside = path[len(root):]
+        installed = any(part in inside for part in (f"site-packages{os.sep}", f"dist-packages{os.sep}"))
+        if path.startswith(root) and path.endswith(".py") and not installed and not is_library_file(path):
             found.append(path)
     return found

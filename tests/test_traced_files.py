@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -201,3 +203,20 @@ def test_short_names_are_the_shortest_distinct_tails():
     names = files.short_names(["/x/llama/model.py", "/x/gpt/model.py", "/x/run.py"])
     assert names == {"/x/llama/model.py": "llama/model.py", "/x/gpt/model.py": "gpt/model.py",
                      "/x/run.py": "run.py"}
+
+
+def test_modules_imported_from_files_directory_count_but_not_a_venv_there(tmp_path, monkeypatch):
+    site = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "installed_lib_xyz.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "sibling_model_xyz.py").write_text("import installed_lib_xyz\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+    try:
+        importlib.import_module("sibling_model_xyz")
+        found = files.imported_beside(before, str(tmp_path / "run.py"))
+    finally:
+        for name in ("sibling_model_xyz", "installed_lib_xyz"):
+            sys.modules.pop(name, None)
+    assert found == [str((tmp_path / "sibling_model_xyz.py").resolve())]
