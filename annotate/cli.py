@@ -1,6 +1,6 @@
 """Command line: ``annotate FILE [--entry EXPR] [--inputs EXPR] [--kwargs EXPR] [--setup STMTS]
 [--export] [-o PATH] [--check]`` and the flags in `build_parser`; ``annotate review`` is
-`annotate.review`.
+`annotate.review`. Which outputs one run writes, and where: `annotate.results`.
 
 Status and progress go to stderr (`annotate.status`); the annotated file or the exported module
 to stdout unless ``-o``, as bytes in FILE's own encoding and newlines. Exit codes: 0 ok, 1
@@ -30,8 +30,11 @@ from jaxside.annotate.status import Status
 __all__ = ["build_parser", "main"]
 
 EPILOG = """\
-output: stdout carries only the result (the annotated file in FILE's encoding and newline style,
-  or the module); status, progress, your code's prints and errors go to stderr.
+output: stdout carries only the result (the annotated file in its encoding and newline style,
+  or the module); status, progress, your code's prints and errors go to stderr. The annotated
+  file is FILE, or when FILE's own lines made no JAX (an example() importing the model) the file
+  with most lines that did; a note on stderr names the others (--file NAME, -o DIR/ for all).
+  One run writes every output asked for: --export -o m.py --html v.html --json map.json --check.
 errors: one line, "error: FILE:LINE: what happened; what to do"; --debug adds the traceback.
 exit codes: 0 ok, 1 --check found a mismatch, 2 bad usage or input, 3 your code raised or cannot
   be traced, 123 internal error (a jaxside bug), 130 interrupted (Ctrl-C; nothing is written).
