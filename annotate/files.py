@@ -79,8 +79,10 @@ def choose(trace: Any, file: str, wanted: str | None = None, shown_as: str | Non
 def _wanted(wanted: str, lines: dict[str, int], file: str, names: dict[str, str]) -> str:
     candidates = list(dict.fromkeys([*lines, file]))
     exact = key(wanted) if Path(wanted).exists() else None
+    if exact in candidates:  # a path to one of them, as given
+        return exact
     parts = Path(wanted).parts
-    found = [f for f in candidates if f == exact or Path(f).parts[-len(parts):] == parts]
+    found = [f for f in candidates if Path(f).parts[-len(parts):] == parts]
     if len(found) == 1:
         return found[0]
     listing = ", ".join(names[f] for f in candidates)

@@ -18,6 +18,7 @@ import pytest
 
 from jaxside.annotate import cli, files
 from jaxside.annotate.cli import main
+from jaxside.annotate.errors import Failure
 from jaxside.annotate.export import load_module
 from jaxside.tracing import Site
 
@@ -197,6 +198,12 @@ def test_the_shown_file_is_file_when_it_made_jax_else_the_one_with_most_lines():
     tie = fake_trace("/p/model.py", ("/p/a.py", 1), ("/p/model.py", 1))
     assert files.choose(tie, "/p/run.py").shown == "/p/model.py"  # a tie: the entry's own file
     assert files.choose(tie, "/p/run.py", wanted="a.py").shown == "/p/a.py"
+    twins = fake_trace("/p/model.py", ("/p/model.py", 1), ("/q/model.py", 2))
+    with pytest.raises(Failure) as refused:
+        files.choose(twins, "/p/run.py", wanted="model.py")
+    assert refused.value.text() == ("error: --file model.py names 2 traced files; give more of the path: "
+                                    "p/model.py, q/model.py")
+    assert files.choose(twins, "/p/run.py", wanted="q/model.py").shown == "/q/model.py"
 
 
 def test_short_names_are_the_shortest_distinct_tails():
