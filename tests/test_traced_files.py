@@ -11,6 +11,7 @@ import io
 import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,7 +50,10 @@ def gpt_comments(project):
     """`annotate run_tiny_gpt.py`: exit code, stdout and stderr, run once for the tests below (a module
     fixture cannot take capsys)."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("always")  # and printed on stderr, as outside pytest (which records them)
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: print(
+            warnings.formatwarning(message, category, filename, lineno, line), file=sys.stderr)
         code = main([str(project / "run_tiny_gpt.py")])
     return code, out.getvalue(), err.getvalue()
 
@@ -147,11 +151,14 @@ def test_every_output_from_one_capture(project, tmp_path, capsys, monkeypatch):
 
 
 FUNCTION_ENTRY = '''
+import warnings
+
 import torch
 from tiny_gpt import new_gelu
 
 
 def gelu_probabilities(x):
+    warnings.warn("gelu_probabilities is experimental")
     return new_gelu(x).softmax(-1)
 
 
@@ -162,7 +169,8 @@ def example():
 
 def test_a_function_entry_records_the_module_it_imports_and_file_picks_it(project, capsys):
     (project / "run_fn.py").write_text(FUNCTION_ENTRY)
-    code, out, err = run(capsys, project / "run_fn.py", "--file", "tiny_gpt.py")
+    with pytest.warns(UserWarning, match="gelu_probabilities is experimental"):  # the user's: kept
+        code, out, err = run(capsys, project / "run_fn.py", "--file", "tiny_gpt.py")
     assert code == 0, err
     assert "def new_gelu(x):  # jax: def new_gelu(x)" in out and "gelu_probabilities" not in out
     note = next(line for line in err.splitlines() if "showing" in line)
