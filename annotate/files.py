@@ -9,6 +9,7 @@ stderr names the others, ``--file NAME`` picks one and ``-o DIR/`` writes a copy
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 from dataclasses import dataclass
@@ -37,12 +38,18 @@ def key(file: str) -> str:
 
 
 def traced_lines(trace: Any) -> dict[str, int]:
-    """Each file -> how many of its lines emitted equations in `trace` (calls alone do not count)."""
+    """Each file -> how many of its lines emitted equations in `trace` (calls alone do not count);
+    only files with a source to show (not ``--entry 'lambda x: ...'``'s `<--entry>`)."""
     seen: dict[str, set[int]] = {}
     for site in trace.eqn_sites:
         if site is not None:
             seen.setdefault(key(site.file), set()).add(site.line)
-    return {file: len(lines) for file, lines in seen.items()}
+    return {file: len(lines) for file, lines in seen.items() if _has_source(file)}
+
+
+def _has_source(file: str) -> bool:
+    """A file, or a notebook cell's name that `linecache` holds the text of."""
+    return Path(file).is_file() if not file.startswith("<") else bool(linecache.getlines(file))
 
 
 def short_names(files: list[str]) -> dict[str, str]:

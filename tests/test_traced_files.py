@@ -198,7 +198,21 @@ def fake_trace(entry: str, *lines: tuple[str, int]) -> SimpleNamespace:
                            root=SimpleNamespace(file=entry))
 
 
-def test_the_shown_file_is_file_when_it_made_jax_else_the_one_with_most_lines():
+@pytest.fixture
+def sources(monkeypatch):
+    """Every path in the fake traces below is a file with a source."""
+    monkeypatch.setattr(files, "_has_source", lambda file: not file.startswith("<"))
+
+
+def test_an_entry_expression_is_no_file_to_show(project, capsys):
+    (project / "plain.py").write_text("import torch\n")
+    code, out, err = run(capsys, project / "plain.py", "--entry", "lambda x: torch.sin(x)",
+                         "--inputs", "torch.ones(3)")
+    assert code == 0 and out == "import torch\n", err  # FILE, as it is: the lambda has no file
+    assert "showing" not in err
+
+
+def test_the_shown_file_is_file_when_it_made_jax_else_the_one_with_most_lines(sources):
     trace = fake_trace("/p/model.py", ("/p/run.py", 3), ("/p/model.py", 1), ("/p/model.py", 1),
                        ("/p/lib/util.py", 1), ("/p/lib/util.py", 2))
     assert files.choose(trace, "/p/run.py").shown == "/p/run.py"
