@@ -45,9 +45,10 @@ def run(
     comparisons = check(
         module, program, entry.fn, entry.args, entry.kwargs, rtol=options.rtol, atol=options.atol
     )
+    unwritten = "" if getattr(options, "export", True) else "; not written: --export -o PATH keeps it"
     print(
         f"annotate: --check: the export against torch eager on the example inputs "
-        f"({'model weights' if program.takes_params else 'no weights'}):",
+        f"({'model weights' if program.takes_params else 'no weights'}{unwritten}):",
         file=sys.stderr,
     )
     for comparison in comparisons:

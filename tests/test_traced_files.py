@@ -123,6 +123,7 @@ def test_check_alone_writes_the_comments_and_checks(project, gpt_comments, capsy
     code, out, err = run(capsys, project / "run_tiny_gpt.py", "--check")
     assert code == 0 and out == gpt_comments[1]
     assert "--check: the export against torch eager" in err and " ok" in err
+    assert "not written: --export -o PATH keeps it" in err
     assert len([line for line in err.splitlines() if "int64" in line]) == 1, err  # said once a run
 
 
