@@ -38,6 +38,9 @@ from jax.extend.core import ClosedJaxpr, Literal
 from jaxside.render.rules import REWRITES, RULES, Flat, fuse, render_eqn
 from jaxside.tracing import capture
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 _SEEN = Seen()
 
 
