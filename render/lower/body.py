@@ -220,7 +220,8 @@ class Body:
         returned = [inner.outvars[i] for i in indices(signature.returns)]
         # The runs one `jnp` expression stages (`jnp.einsum`, `x[i]`), as at the top level; what is
         # left of a run, and what nothing returned reads, is dead.
-        fused = fuse(eqns, returned, site=lambda i: self.site_of(eqns[i]))
+        consts = dict(zip(inner.constvars, closed.consts)) if closed is not None else {}
+        fused = fuse(eqns, returned, site=lambda i: self.site_of(eqns[i]), consts=consts)
         eqns = [fused[i] for i in sorted(live_eqns(fused, returned, {}))]
         for eqn in eqns:
             for v in eqn.invars:

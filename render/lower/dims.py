@@ -297,7 +297,13 @@ def _stored(tree: ast.AST) -> list[str]:
 
 
 def _dumps(items: Any) -> list[str]:
-    return [ast.dump(item) if isinstance(item, ast.AST) else repr(item) for item in items]
+    """Comparable text of the module's constants (`(name, value)` pairs) or of `ast` nodes."""
+    def dump(item: Any) -> str:
+        if isinstance(item, ast.AST):
+            return ast.dump(item)
+        return repr([dump(part) for part in item]) if isinstance(item, tuple) else repr(item)
+
+    return [dump(item) for item in items]
 
 
 def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
