@@ -121,6 +121,9 @@ def _sizes(program: Program) -> list[str]:
             "Generic sizes, read from the inputs' shapes (any value the torch code accepts): "
             + "; ".join(listed(dims) for dims in sizes.generic) + "."
         )
+    if sizes.bounded:
+        bounded = "; ".join(f"{listed(dims)} <= {dims[0].size}: {why}" for dims, why in sizes.bounded)
+        paragraphs.append(f"Largest sizes: {bounded}.")
     if sizes.fixed:
         fixed = "; ".join(f"{listed(dims)} = {dims[0].size}: {why}" for dims, why in sizes.fixed)
         paragraphs.append(f"Fixed sizes: {fixed}.")

@@ -136,14 +136,15 @@ def test_static_shapes_keep_every_size_as_traced():
     assert "shapes and non-tensor inputs are baked in" in render_program(program, source="test")
 
 
-def test_check_runs_at_another_shape_and_static_shapes_keeps_the_traced_ones(tmp_path, capsys):
+def test_check_runs_at_a_smaller_and_a_larger_shape_and_static_shapes_keeps_the_traced_ones(tmp_path, capsys):
     from jaxside.annotate.cli import main
 
     out = tmp_path / "cnn_jax.py"
     assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check"]) == 0
     err = capsys.readouterr().err
-    assert "and at another shape (x: [4, 3, 32, 32]):" in err
-    assert err.count(" ok\n") == 2
+    assert "and at a smaller shape (x: [2, 3, 8, 8]):" in err  # the batch of 2 stays: no size 1
+    assert "and at a larger shape (x: [4, 3, 32, 32]):" in err
+    assert err.count(" ok\n") == 3
     generic = out.read_text(encoding="utf-8")
     assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check", "--static-shapes"]) == 0
     assert "another shape" not in capsys.readouterr().err

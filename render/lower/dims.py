@@ -48,49 +48,55 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     sets = dim_sets(trace)
     if not sets:  # no tensor argument: nothing to follow
         return
+    tries = _Tries(program, relower)
     fixed: list[tuple[list[Dim], str]] = []
-    plan = _attempt(program, sets, relower)
-    if isinstance(plan, str) and len(sets) > 1:
-        movable = []
+    plan = tries.attempt(sets, frozenset())
+    if isinstance(plan, str):
+        movable: list[tuple[list[Dim], bool]] = []  # each set alone, and whether it went down
         for dims in sets:
-            alone = _attempt(program, [dims], relower)
+            alone = tries.either(dims)
             arguments = [d for d in dims if not d.state]
             if isinstance(alone, str) and arguments and len(arguments) < len(dims):
-                if not isinstance(_attempt(program, [arguments], relower), str):
+                apart = tries.either(arguments)
+                if not isinstance(apart, str):
                     fixed.append(([d for d in dims if d.state], alone))
-                    dims, alone = arguments, None
+                    dims, alone = arguments, apart
             if isinstance(alone, str):
                 fixed.append((dims, alone))
             else:
-                movable.append(dims)
-        sets = movable
-        plan = _attempt(program, sets, relower) if sets else None
+                movable.append((dims, bool(alone.bounded)))
+        sets = [dims for dims, _ in movable]
+        down = frozenset(k for k, (_, lower) in enumerate(movable) if lower)
+        plan = tries.attempt(sets, down) if sets else None
     if isinstance(plan, str):
         fixed += [(dims, plan) for dims in sets]
         sets = []
-    elif plan is not None:
-        sets, plan = _untie(program, sets, plan, relower)
+    bounded: list[tuple[list[Dim], str]] = []
+    if plan is not None and not isinstance(plan, str):
+        sets, plan = _untie(tries, sets, plan)
+        bounded = [(sets[k], why) for k, why in sorted(plan.bounded.items())]
         plan.apply()
         if plan.program is not program:
             _adopt(program, plan.program)
     guarded = [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state]
-    _guard(program, guarded, [[d for d in dims if not d.state] for dims in sets])
-    program.sizes = Sizes(generic=sets, fixed=fixed)
+    at_most = [d for dims, _ in bounded for d in dims if not d.state]
+    _guard(program, guarded, [[d for d in dims if not d.state] for dims in sets], at_most)
+    program.sizes = Sizes(generic=sets, fixed=fixed, bounded=bounded)
 
 
-def _untie(
-    program: Program, sets: list[list[Dim]], plan: Plan, relower: Callable[[Resize], Program]
-) -> tuple[list[list[Dim]], Plan]:
+def _untie(tries: _Tries, sets: list[list[Dim]], plan: Plan) -> tuple[list[list[Dim]], Plan]:
     """Every argument dimension a set of its own, when the program follows each alone (a
     non-square image); else the sets as they are, the entry checking that tied sizes are equal."""
     split: list[list[Dim]] = []
-    for dims in sets:
+    down: set[int] = set()
+    for k, dims in enumerate(sets):
         arguments = [d for d in dims if not d.state]
-        split.append([*arguments[:1], *(d for d in dims if d.state)])
-        split += [[d] for d in arguments[1:]]
+        parts = [[*arguments[:1], *(d for d in dims if d.state)], *([d] for d in arguments[1:])]
+        down |= {len(split) + j for j in range(len(parts))} if k in plan.bounded else set()
+        split += parts
     if len(split) == len(sets):
         return sets, plan
-    alone = _attempt(program, split, relower)
+    alone = tries.attempt(split, frozenset(down))
     return (sets, plan) if isinstance(alone, str) else (split, alone)
 
 
@@ -110,43 +116,107 @@ def dim_sets(trace: Trace) -> list[list[Dim]]:
     return [[d for d in arguments + buffers if d.size == n] for n in sizes]
 
 
-def resized(trace: Trace, sets: list[list[Dim]], factors: list[int]) -> Resize:
-    """Each input's shape with every dimension of `sets[k]` times `factors[k]`."""
+def resized(trace: Trace, sets: list[list[Dim]], sizes: list[int]) -> Resize:
+    """Each input's shape with every dimension of `sets[k]` at `sizes[k]`."""
     shapes = {i.name: list(i.var.aval.shape) for i in trace.inputs}
     changed: set[str] = set()
-    for dims, factor in zip(sets, factors):
+    for dims, size in zip(sets, sizes):
         for d in dims:
-            shapes[d.input][d.axis] = d.size * factor
+            shapes[d.input][d.axis] = size
             changed.add(d.input)
     return {name: tuple(shapes[name]) for name in changed}
 
 
-def _attempt(program: Program, sets: list[list[Dim]], relower: Callable[[Resize], Program]) -> Plan | str:
-    """The plan unifying the program at three sizes of `sets`, or why there is none.
+def smaller(n: int) -> list[int]:
+    """Sizes below `n` to try (none of 1: a size of 1 broadcasts where no other does), halves and
+    quarters first (a size the torch code takes in patches of some width keeps its multiples)."""
+    found: list[int] = []
+    for size in (n // 2, n - n // 4, n // 4, n - 1, n - 2):
+        if 1 < size < n and size not in found:
+            found.append(size)
+    return found[:3]
 
-    The sizes are the traced ones, then twice and 3, 4, ... times them (a set each). A size of
-    1 broadcasts where no other does (torch and jnp bind nothing for an identity broadcast), so
-    sets traced at 1 are unified at 2, 3 and 4, ..., and the program at 2 is the one written:
-    it computes the same at 1."""
-    base = program if all(dims[0].size > 1 for dims in sets) else None
-    programs = []
-    for row in range(0 if base is None else 1, 3):
-        factors = [
-            (2, 3, 4 + k)[row] if dims[0].size == 1 else (1, 2, 3 + k)[row] for k, dims in enumerate(sets)
-        ]
-        sizes = ", ".join(f"{d} = {d.size * f}" for dims, f in zip(sets, factors) for d in dims[:1])
+
+class _Tries:
+    """Attempts at unifying the program at other sizes of sets of its inputs' dimensions, each
+    made once (a retrace costs a run of the torch code)."""
+
+    def __init__(self, program: Program, relower: Callable[[Resize], Program]) -> None:
+        self.program, self.relower = program, relower
+        self.made: dict[tuple, Plan | str] = {}
+        self.programs: dict[tuple, Program | str] = {}
+
+    def either(self, dims: list[Dim]) -> Plan | str:
+        """The plan for one set at larger sizes, else at smaller ones (its traced size is a bound,
+        as a sequence traced at a model's `block_size`: the plan says why in `bounded`)."""
+        up = self.attempt([dims], frozenset())
+        if not isinstance(up, str) or len(smaller(dims[0].size)) < 2:
+            return up
+        down = self.attempt([dims], frozenset({0}))
+        return up if isinstance(down, str) else down
+
+    def attempt(self, sets: list[list[Dim]], down: frozenset[int]) -> Plan | str:
+        """The plan unifying the program at three sizes of `sets`, or why there is none.
+
+        A set goes up from its traced size n (n, 2n, (3 + k)n; the k-th set) or, in `down`, below
+        it (n and two of `smaller(n)`; when the program at n is not the one at smaller sizes, as
+        a slice `bias[:, :, :T, :T]` that takes everything is no equation, three smaller sizes
+        and the program at the first is written: it computes the same at n, which `--check`
+        compares). A size of 1 broadcasts where no other does (torch and jnp bind nothing for an
+        identity broadcast), so sets traced at 1 are unified at 2, 3 and 4, ..., and the program
+        at 2 is the one written: it computes the same at 1."""
+        key = (tuple(tuple(map(str, dims)) for dims in sets), down)
+        if key not in self.made:
+            plan = self._unify(sets, _rows(sets, down, False))
+            if isinstance(plan, str) and down and all(len(smaller(sets[k][0].size)) == 3 for k in down):
+                below = self._unify(sets, _rows(sets, down, True))
+                plan = plan if isinstance(below, str) else below
+            if not isinstance(plan, str):
+                ups = {k: self.attempt([sets[k]], frozenset()) for k in down}
+                plan.bounded = {k: up if isinstance(up, str) else "" for k, up in ups.items()}
+            self.made[key] = plan
+        return self.made[key]
+
+    def _unify(self, sets: list[list[Dim]], rows: list[list[int]]) -> Plan | str:
+        programs = []
+        for row in rows:
+            found = self._at(sets, row)
+            if isinstance(found, str):
+                return found
+            programs.append(found)
         try:
-            programs.append(relower(resized(program.trace, sets, factors)))
-        except LoweringError as error:
-            return f"the program at {sizes} cannot be written ({_first_line(error)})"
-        except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
-            return f"{REFUSED} {sizes} ({_refusal(program.trace, sets, error)})"
-    if base is None:
-        base = programs.pop(0)
-    try:
-        return _plan(base, programs)
-    except Unfit as error:
-        return str(error)
+            return _plan(programs[0], programs[1:])
+        except Unfit as error:
+            return str(error)
+
+    def _at(self, sets: list[list[Dim]], row: list[int]) -> Program | str:
+        """The program with each set at its size in `row`, or why there is none."""
+        if all(size == dims[0].size for dims, size in zip(sets, row)):
+            return self.program
+        resize = resized(self.program.trace, sets, row)
+        key = tuple(sorted(resize.items()))
+        if key not in self.programs:
+            sizes = ", ".join(f"{dims[0]} = {size}" for dims, size in zip(sets, row) if size != dims[0].size)
+            try:
+                self.programs[key] = self.relower(resize)
+            except LoweringError as error:
+                self.programs[key] = f"the program at {sizes} cannot be written ({_first_line(error)})"
+            except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
+                self.programs[key] = f"{REFUSED} {sizes} ({_refusal(self.program.trace, sets, error)})"
+        return self.programs[key]
+
+
+def _rows(sets: list[list[Dim]], down: frozenset[int], below: bool) -> list[list[int]]:
+    """The size of each set in the three programs unified, the first the one written (see
+    `_Tries.attempt`)."""
+    columns = []
+    for k, dims in enumerate(sets):
+        n = dims[0].size
+        if k in down:
+            columns.append(smaller(n) if below else [n, *smaller(n)[:2]])
+        else:
+            columns.append([2, 3, 4 + k] if n == 1 else [n, 2 * n, (3 + k) * n])
+    return [list(row) for row in zip(*columns)]
 
 
 def _refusal(trace: Trace, sets: list[list[Dim]], error: Exception) -> str:
@@ -194,6 +264,8 @@ class Plan:
     redirect: dict[int, tuple[Any, str]] = field(default_factory=dict)
     trees: list[Any] = field(default_factory=list)
     """The `ast` the changes point into (kept alive: `redirect` is by id)."""
+    bounded: dict[int, str] = field(default_factory=dict)
+    """The sets (by index) fitted below their traced size, which is their largest: why no larger."""
 
     def apply(self) -> None:
         by_function: dict[int, list[_Change]] = {}
@@ -418,19 +490,23 @@ def _dim_of(value: ast.expr) -> Atom | None:
 # -- fixed sizes ------------------------------------------------------------------------------------
 
 
-def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]]) -> None:
+def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]], at_most: list[Dim]) -> None:
     """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
-    size, and for each one called at another size than the first of its tied set."""
-    checks = [(d, ast.Constant(d.size), f"{d} is fixed at {d.size} (the docstring says why)") for d in fixed]
+    size, each bounded one called at a larger size, and each one called at another size than the
+    first of its tied set."""
+    checks = [(d, ast.NotEq(), ast.Constant(d.size), f"{d} is fixed at {d.size} (the docstring says why)")
+              for d in fixed]
+    checks += [(d, ast.Gt(), ast.Constant(d.size), f"{d} is at most {d.size} (the docstring says why)")
+               for d in at_most]
     for dims in tied:
         first = _dim_expr(program.entry, dims[0])
         if first is not None:
-            checks += [(d, first, f"{d} must equal {dims[0]}") for d in dims[1:]]
+            checks += [(d, ast.NotEq(), first, f"{d} must equal {dims[0]}") for d in dims[1:]]
     guards: list[Statement] = []
-    for d, expected, message in checks:
+    for d, op, expected, message in checks:
         shape = _dim_expr(program.entry, d)
         if shape is not None:
-            test = ast.Compare(shape, [ast.NotEq()], [expected])
+            test = ast.Compare(shape, [op], [expected])
             guards.append(Guard([], test, [], None, message=message))
     program.entry.body[:0] = guards
 
