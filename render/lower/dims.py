@@ -50,38 +50,59 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
         return
     tries = _Tries(program, relower)
     fixed: list[tuple[list[Dim], str]] = []
-    plan = tries.attempt(sets, frozenset())
-    if isinstance(plan, str):
-        movable: list[tuple[list[Dim], bool]] = []  # each set alone, and whether it went down
-        for dims in sets:
-            alone = tries.either(dims)
-            arguments = [d for d in dims if not d.state]
-            if isinstance(alone, str) and arguments and len(arguments) < len(dims):
-                apart = tries.either(arguments)
-                if not isinstance(apart, str):
-                    fixed.append(([d for d in dims if d.state], alone))
-                    dims, alone = arguments, apart
-            if isinstance(alone, str):
-                fixed.append((dims, alone))
-            else:
-                movable.append((dims, bool(alone.bounded)))
-        sets = [dims for dims, _ in movable]
-        down = frozenset(k for k, (_, lower) in enumerate(movable) if lower)
-        plan = tries.attempt(sets, down) if sets else None
+    plan: Plan | str | None = tries.attempt(sets, frozenset())
+    movable = [(dims, False) for dims in sets] if not isinstance(plan, str) else _alone(tries, sets, fixed)
+    held = []  # a cache's length: it moves with no argument, so alone
+    for dims in held_sets(trace):
+        alone = tries.either(dims)
+        if isinstance(alone, str):
+            fixed.append((dims, alone))
+        else:
+            held.append((dims, bool(alone.bounded)))
+    if isinstance(plan, str) or held:
+        every = movable + held
+        down = frozenset(k for k, (_, lower) in enumerate(every) if lower)
+        together = tries.attempt([dims for dims, _ in every], down) if every else None
+        if isinstance(together, str) and not isinstance(plan, str):  # the arguments' sizes, at least
+            fixed += [(dims, together) for dims, _ in held]
+        else:
+            plan, movable = together, every
+    sets = [dims for dims, _ in movable]
     if isinstance(plan, str):
         fixed += [(dims, plan) for dims in sets]
         sets = []
     bounded: list[tuple[list[Dim], str]] = []
-    if plan is not None and not isinstance(plan, str):
+    if isinstance(plan, Plan):
         sets, plan = _untie(tries, sets, plan)
         bounded = [(sets[k], why) for k, why in sorted(plan.bounded.items())]
         plan.apply()
         if plan.program is not program:
             _adopt(program, plan.program)
-    guarded = [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state]
+    kept = [dims for dims, why in fixed if not why.startswith(REFUSED)]
+    guarded = [d for dims in kept for d in dims if not d.state] + [dims[0] for dims in kept if dims[0].state]
     at_most = [d for dims, _ in bounded for d in dims if not d.state]
     _guard(program, guarded, [[d for d in dims if not d.state] for dims in sets], at_most)
     program.sizes = Sizes(generic=sets, fixed=fixed, bounded=bounded)
+
+
+def _alone(tries: _Tries, sets: list[list[Dim]], fixed: list) -> list[tuple[list[Dim], bool]]:
+    """Each set tried alone: those the program follows (and whether below their traced size); the
+    others into `fixed`, with why. A set whose state buffers keep it fixed (a cache's batch)
+    may follow without them."""
+    movable = []
+    for dims in sets:
+        alone = tries.either(dims)
+        arguments = [d for d in dims if not d.state]
+        if isinstance(alone, str) and arguments and len(arguments) < len(dims):
+            apart = tries.either(arguments)
+            if not isinstance(apart, str):
+                fixed.append(([d for d in dims if d.state], alone))
+                dims, alone = arguments, apart
+        if isinstance(alone, str):
+            fixed.append((dims, alone))
+        else:
+            movable.append((dims, bool(alone.bounded)))
+    return movable
 
 
 def _untie(tries: _Tries, sets: list[list[Dim]], plan: Plan) -> tuple[list[list[Dim]], Plan]:
@@ -114,6 +135,22 @@ def dim_sets(trace: Trace) -> list[list[Dim]]:
     ]
     sizes = list(dict.fromkeys(d.size for d in arguments if d.size))
     return [[d for d in arguments + buffers if d.size == n] for n in sizes]
+
+
+def held_sets(trace: Trace) -> list[list[Dim]]:
+    """The dimensions of state buffers (a KV cache) of a size no argument has (its length), by size,
+    each with the dimensions of that size of buffers the code only reads (the causal mask of that
+    length): the model built with a longer cache has them all longer."""
+    sizes = {int(n) for i in trace.inputs if i.kind == "arg" for n in i.var.aval.shape}
+    state = {s.input.name for s in trace.state}
+    held = [
+        Dim(i.name, axis, int(n), state=True) for i in trace.inputs
+        if i.name in state or i.kind == "buffer" for axis, n in enumerate(i.var.aval.shape)
+    ]
+    lengths = [d.size for d in held if d.input in state and d.size > 1 and d.size not in sizes]
+    lengths = list(dict.fromkeys(lengths))
+    held.sort(key=lambda d: d.input not in state)  # a cache's before a mask's
+    return [[d for d in held if d.size == n] for n in lengths]
 
 
 def resized(trace: Trace, sets: list[list[Dim]], sizes: list[int]) -> Resize:
@@ -418,21 +455,31 @@ def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]], at_most: l
               for d in fixed]
     checks += [(d, ast.Gt(), ast.Constant(d.size), f"{d} is at most {d.size} (the docstring says why)")
                for d in at_most]
-    for dims in tied:
-        first = _dim_expr(program.entry, dims[0])
+    for dims in filter(None, tied):
+        first = _dim_expr(program, dims[0])
         if first is not None:
             checks += [(d, ast.NotEq(), first, f"{d} must equal {dims[0]}") for d in dims[1:]]
     guards: list[Statement] = []
     for d, op, expected, message in checks:
-        shape = _dim_expr(program.entry, d)
+        shape = _dim_expr(program, d)
         if shape is not None:
             test = ast.Compare(shape, [op], [expected])
             guards.append(Guard([], test, [], None, message=message))
     program.entry.body[:0] = guards
 
 
-def _dim_expr(entry: Function, d: Dim) -> ast.expr | None:
-    """`x.shape[1]` for an argument dimension of the entry (None if its argument has no name there)."""
+def _dim_expr(program: Program, d: Dim) -> ast.expr | None:
+    """`x.shape[1]` for an argument dimension of the entry (None if its argument has no name there),
+    `state["layers"][0]["k_cache"].shape[2]` for a buffer's."""
+    if d.state:
+        tree = "state" if d.input in program.state_paths else "params"
+        if tree not in ("state" if program.takes_state else "", "params" if program.takes_params else ""):
+            return None
+        reference: ast.expr = named(tree)
+        for part in d.input.split("."):
+            key = ast.Constant(int(part) if part.isdigit() else part)
+            reference = ast.Subscript(reference, key, ast.Load())
+        return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
     try:
         reference = ast.parse(d.input, mode="eval").body
     except SyntaxError:
@@ -440,6 +487,6 @@ def _dim_expr(entry: Function, d: Dim) -> ast.expr | None:
     root = reference
     while isinstance(root, ast.Subscript):
         root = root.value
-    if not isinstance(root, ast.Name) or root.id not in entry.params:
+    if not isinstance(root, ast.Name) or root.id not in program.entry.params:
         return None
     return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
