@@ -85,7 +85,7 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         b, t = idx.size()
-        assert t <= self.block_size, f"Cannot forward sequence of length {t}, block size is only {self.block_size}"
+        assert t <= self.block_size, f"Cannot forward sequence of length {t}, block size {self.block_size}"
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         if not self.nano:
             pos = pos.unsqueeze(0)
@@ -113,7 +113,8 @@ def test_traced_at_block_size_runs_at_any_batch_and_shorter_sequences(nano):
     assert generic == [["idx.shape[0]"], ["idx.shape[1]"]], text
     assert [[str(d) for d in dims] for dims, _ in program.sizes.bounded] == [["idx.shape[1]"]]
     assert not program.sizes.fixed
-    assert "Largest sizes: `idx.shape[1]` <= 12: the torch code fails at idx.shape[1] = 24" in " ".join(text.split())
+    bound = "Largest sizes: `idx.shape[1]` <= 12: the torch code fails at idx.shape[1] = 24"
+    assert bound in " ".join(text.split()), text
     body = text[text.index("\ndef ") :]
     assert f", {BLOCK})" not in body and f"({BLOCK}," not in body and "CONST" not in text, body
     if nano:
