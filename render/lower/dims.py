@@ -268,8 +268,9 @@ def _refusal(trace: Trace, sets: list[list[Dim]], error: Exception) -> str:
     return _first_line(error)
 
 
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:100]
+def _first_line(error: Exception, limit: int = 160) -> str:
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return line if len(line) <= limit else line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _adopt(program: Program, other: Program) -> None:
