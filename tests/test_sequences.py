@@ -174,3 +174,35 @@ def test_a_kv_cache_of_another_batch_and_length_runs(batch, length):
     cache = model.layers[0].attention.kv_cache.v_cache
     new_cache = state["layers"][0]["attention"]["kv_cache"]["v_cache"]
     np.testing.assert_allclose(np.asarray(new_cache), cache.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class BranchAtTheBound(nn.Module):
+    """Takes a branch only near its bound: the sizes below it, all the other way, are not the
+    program at the traced size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Embedding(8, 4)
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        assert t <= 8
+        h = x + self.pos(torch.arange(t))
+        if t > 6:
+            h = h * 2
+        return self.proj(h)
+
+
+def test_a_branch_at_the_bound_keeps_the_traced_size():
+    """Fitted at 4, 6 and 2, the program is written only if it stages the traced program's jaxpr at
+    the traced size; here it does not (it would skip `h * 2`): the length stays fixed, guarded."""
+    torch.manual_seed(0)
+    model = BranchAtTheBound()
+    module, program = export(model, torch.randn(2, 8, 4))
+    fixed = {str(d): why for dims, why in program.sizes.fixed for d in dims}
+    assert fixed["x.shape[1]"].startswith("the program at the traced size is not the one at smaller sizes")
+    assert [[str(d) for d in dims] for dims in program.sizes.generic] == [["x.shape[0]"]]
+    assert_matches(module, program, model, torch.randn(3, 8, 4))
+    with pytest.raises(ValueError, match=r"x\.shape\[1\] is fixed at 8"):
+        module.forward(module.load_params(model), jnp.zeros((2, 5, 4)))

@@ -26,8 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxside.render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
+from jaxside.render.ir import Define, Dim, Function, Loop, Program, Sizes, Statement, named
 from jaxside.render.lower.context import LoweringError
+from jaxside.render.lower.guards import guard_sizes
+from jaxside.render.lower.samesize import same_at_traced
 from jaxside.render.lower.sizenames import bind_sizes
 from jaxside.render.lower.variants import Fit, expression, fit, parallel_diff
 from jaxside.tracing.trace import Trace
@@ -74,15 +76,33 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     bounded: list[tuple[list[Dim], str]] = []
     if isinstance(plan, Plan):
         sets, plan = _untie(tries, sets, plan)
-        bounded = [(sets[k], why) for k, why in sorted(plan.bounded.items())]
         plan.apply()
+        if plan.below and not same_at_traced(program, plan.program):  # not the traced program at its size
+            sets, plan = _without_bounds(tries, sets, plan, fixed)
+    if isinstance(plan, Plan):
+        bounded = [(sets[k], why) for k, why in sorted(plan.bounded.items())]
         if plan.program is not program:
             _adopt(program, plan.program)
     kept = [dims for dims, why in fixed if not why.startswith(REFUSED)]
     guarded = [d for dims in kept for d in dims if not d.state] + [dims[0] for dims in kept if dims[0].state]
     at_most = [d for dims, _ in bounded for d in dims if not d.state]
-    _guard(program, guarded, [[d for d in dims if not d.state] for dims in sets], at_most)
+    guard_sizes(program, guarded, [[d for d in dims if not d.state] for dims in sets], at_most)
     program.sizes = Sizes(generic=sets, fixed=fixed, bounded=bounded)
+
+
+def _without_bounds(tries: _Tries, sets: list[list[Dim]], plan: Plan, fixed: list) -> tuple[list, Any]:
+    """The sets `plan` fitted below their traced size fixed (the program written from smaller
+    sizes is not the traced one at its size: a branch on the size), the others as the program
+    at larger sizes follows them."""
+    below = "the program at the traced size is not the one at smaller sizes"
+    fixed += [(sets[k], f"{below}; {why}" if why else below) for k, why in plan.bounded.items()]
+    sets = [dims for k, dims in enumerate(sets) if k not in plan.bounded]
+    again = tries.attempt(sets, frozenset()) if sets else None
+    if not isinstance(again, Plan):
+        fixed += [(dims, again) for dims in sets if again is not None]
+        return [], None
+    again.apply()
+    return sets, again
 
 
 def _alone(tries: _Tries, sets: list[list[Dim]], fixed: list) -> list[tuple[list[Dim], bool]]:
@@ -207,7 +227,8 @@ class _Tries:
             plan = self._unify(sets, _rows(sets, down, False))
             if isinstance(plan, str) and down and all(len(smaller(sets[k][0].size)) == 3 for k in down):
                 below = self._unify(sets, _rows(sets, down, True))
-                plan = plan if isinstance(below, str) else below
+                if isinstance(below, Plan):
+                    plan, below.below = below, True
             if not isinstance(plan, str):
                 ups = {k: self.attempt([sets[k]], frozenset()) for k in down}
                 plan.bounded = {k: up if isinstance(up, str) else "" for k, up in ups.items()}
@@ -304,6 +325,8 @@ class Plan:
     """The `ast` the changes point into (kept alive: `redirect` is by id)."""
     bounded: dict[int, str] = field(default_factory=dict)
     """The sets (by index) fitted below their traced size, which is their largest: why no larger."""
+    below: bool = False
+    """Whether `program` is one at smaller sizes (the traced one lacked an equation they have)."""
 
     def apply(self) -> None:
         by_function: dict[int, list[_Change]] = {}
@@ -443,51 +466,3 @@ def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
         return [node]
 
     return ast.Module(statements(function.body, function) + returns(function), []), redirect
-
-
-# -- fixed sizes ------------------------------------------------------------------------------------
-
-
-def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]], at_most: list[Dim]) -> None:
-    """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
-    size, each bounded one called at a larger size, and each one called at another size than the
-    first of its tied set."""
-    checks = [(d, ast.NotEq(), ast.Constant(d.size), f"{d} is fixed at {d.size} (the docstring says why)")
-              for d in fixed]
-    checks += [(d, ast.Gt(), ast.Constant(d.size), f"{d} is at most {d.size} (the docstring says why)")
-               for d in at_most]
-    for dims in filter(None, tied):
-        first = _dim_expr(program, dims[0])
-        if first is not None:
-            checks += [(d, ast.NotEq(), first, f"{d} must equal {dims[0]}") for d in dims[1:]]
-    guards: list[Statement] = []
-    for d, op, expected, message in checks:
-        shape = _dim_expr(program, d)
-        if shape is not None:
-            test = ast.Compare(shape, [op], [expected])
-            guards.append(Guard([], test, [], None, message=message))
-    program.entry.body[:0] = guards
-
-
-def _dim_expr(program: Program, d: Dim) -> ast.expr | None:
-    """`x.shape[1]` for an argument dimension of the entry (None if its argument has no name there),
-    `state["layers"][0]["k_cache"].shape[2]` for a buffer's."""
-    if d.state:
-        tree = "state" if d.input in program.state_paths else "params"
-        if tree not in ("state" if program.takes_state else "", "params" if program.takes_params else ""):
-            return None
-        reference: ast.expr = named(tree)
-        for part in d.input.split("."):
-            key = ast.Constant(int(part) if part.isdigit() else part)
-            reference = ast.Subscript(reference, key, ast.Load())
-        return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
-    try:
-        reference = ast.parse(d.input, mode="eval").body
-    except SyntaxError:
-        return None
-    root = reference
-    while isinstance(root, ast.Subscript):
-        root = root.value
-    if not isinstance(root, ast.Name) or root.id not in program.entry.params:
-        return None
-    return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
