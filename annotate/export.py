@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import re
 import sys
@@ -58,7 +59,7 @@ def run(
             continue
         args, kwargs, where = again
         which = "a larger" if larger else "a smaller"
-        refused = None if program.takes_state else _refusal(entry.fn, args, kwargs)
+        refused = None if program.takes_state else torch_refusal(entry.fn, args, kwargs)
         if refused is not None:  # sizes the torch code refuses are no sizes the export must take
             print(f"annotate: --check: not at {which} shape ({where}): torch eager raised {refused}",
                   file=sys.stderr)
@@ -87,10 +88,12 @@ def run(
     return EXIT_OK
 
 
-def _refusal(fn: Any, args: tuple, kwargs: dict) -> str | None:
+def torch_refusal(fn: Any, args: tuple, kwargs: dict) -> str | None:
     """The first line of what torch eager raises on these inputs (a model without state: running
-    it changes nothing), or None when it runs."""
+    it changes nothing; the inputs copied, as a cache passed in is updated in place), or None
+    when it runs."""
     try:
+        args, kwargs = copy.deepcopy((args, kwargs))
         with torch.no_grad():
             fn(*args, **kwargs)
     except Exception as error:

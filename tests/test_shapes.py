@@ -277,3 +277,16 @@ def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
     for batch, seq in [(2, 5), (3, 7), (1, 12)]:
         inputs = [torch.randn(batch, heads, seq, 8) for heads in (4, 2, 2)]
         assert_matches(module, program, _grouped_attention, *inputs)
+
+
+def test_asking_torch_about_another_shape_leaves_a_cache_passed_in_as_it_was():
+    """`--check` runs torch eager at a shape before comparing there (a shape torch refuses is not
+    compared); a `DynamicCache` passed in is updated in place by a step, so it asks on a copy."""
+    from jaxside.annotate.export import torch_refusal
+
+    model = hf_causal_lm("llama")
+    with torch.no_grad():
+        cache = model(torch.randint(0, 128, (1, 8)), use_cache=True).past_key_values
+    assert torch_refusal(model, (torch.randint(0, 128, (1, 2)),), {"past_key_values": cache}) is None
+    assert cache.layers[0].keys.shape[2] == 8
+    assert "IndexError" in torch_refusal(model, (torch.randint(200, 300, (1, 2)),), {})
