@@ -56,7 +56,7 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     movable = [(dims, False) for dims in sets] if not isinstance(plan, str) else _alone(tries, sets, fixed)
     held = []  # a cache's length: it moves with no argument, so alone
     for dims in held_sets(trace):
-        alone = tries.either(dims)
+        alone = tries.either(dims, below=False)  # larger only: a head count torch refuses is no bound
         if isinstance(alone, str):
             fixed.append((dims, alone))
         else:
@@ -203,11 +203,11 @@ class _Tries:
         self.made: dict[tuple, Plan | str] = {}
         self.programs: dict[tuple, Program | str] = {}
 
-    def either(self, dims: list[Dim]) -> Plan | str:
-        """The plan for one set at larger sizes, else at smaller ones (its traced size is a bound,
-        as a sequence traced at a model's `block_size`: the plan says why in `bounded`)."""
+    def either(self, dims: list[Dim], below: bool = True) -> Plan | str:
+        """The plan for one set at larger sizes, else (`below`) at smaller ones (its traced size is
+        a bound, as a sequence traced at a model's `block_size`: the plan says why in `bounded`)."""
         up = self.attempt([dims], frozenset())
-        if not isinstance(up, str) or len(smaller(dims[0].size)) < 2:
+        if not isinstance(up, str) or not below or len(smaller(dims[0].size)) < 2:
             return up
         down = self.attempt([dims], frozenset({0}))
         return up if isinstance(down, str) else down
