@@ -154,6 +154,7 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
         what = f"no {name}" if options.port_entry else "no forward (a function) or build (returning a module)"
         raise Failure(f"defines {what}", "name the port's function, module or factory with --port-entry",
                       file=options.port)
+    built = entry
     try:
         port = module_port(entry, data)
         if port is None and _is_factory(entry):
@@ -170,11 +171,14 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
     if port is None and inspect.isclass(entry):
         raise Failure(f"{name} is a class that needs arguments", f"name a function that returns a {name}",
                       file=options.port)
+    from jaxside.annotate.review_files import port_files
+
+    files = port_files(module, built)
     if port is not None:
         from jaxside.annotate.review_modules import trace_module
 
-        return trace_module(options, port, state, data)
-    return _function_side(options, entry, name, state, data)
+        return trace_module(options, port, state, data, files)
+    return _function_side(options, entry, name, state, data, files)
 
 
 def _load_port(path: str) -> Any:
@@ -215,7 +219,7 @@ def _is_factory(entry: Any) -> bool:
 
 
 def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[str, Any],
-                   data: tuple) -> tuple[Any, list, Any]:
+                   data: tuple, files: list[str]) -> tuple[Any, list, Any]:
     """A port written as a function over dicts and lists of arrays: its weights found by probing."""
     import jax
 
@@ -247,7 +251,7 @@ def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[
                       "map it in a --params-map file", file=options.port)
     args = [probe.build(lambda path: state[mapping.pairs[path]]) for probe in probes] + list(data)
     try:
-        trace = Capture(watch=[str(Path(options.port).resolve())])(fn, *args)
+        trace = Capture(watch=files)(fn, *args)
     except Exception as error:
         raise UserCodeRaised(f"tracing {name}", error) from error
     values = jax.tree_util.tree_leaves(args)

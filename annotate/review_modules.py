@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from jaxside.annotate.errors import Failure
@@ -29,7 +28,8 @@ class _Run:
 
 
 def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str, Any],
-                 data: tuple) -> tuple[Any, list, Mapping]:
+                 data: tuple, files: list[str]) -> tuple[Any, list, Mapping]:
+    """The port traced on torch's weights as fitted to its leaves; `files` are the port's files."""
     import jax
 
     from jaxside.annotate.errors import UserCodeRaised
@@ -44,7 +44,7 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
                       "map them in a --params-map file", file=options.port)
     weights = {name: state[name] for name in sorted({n for r in result.recipes.values() for n in r.sources})}
     try:
-        trace = Capture(watch=[str(Path(options.port).resolve())])(_Run(port, result.recipes), weights, *data)
+        trace = Capture(watch=files)(_Run(port, result.recipes), weights, *data)
     except Exception as error:
         raise UserCodeRaised(f"tracing {port.name}", error) from error
     mapping = Mapping(pairs={leaf.path: result.recipes[leaf.path].describe() for leaf in port.leaves
