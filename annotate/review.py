@@ -92,12 +92,15 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     status.phase("comparing values")
     inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
     alignment = align(torch, port, inputs, options.rtol, options.atol)
-    outputs_close = _outputs_close(torch, alignment)
+    from jaxside.annotate.review_outputs import compare_outputs
+
+    leaves = compare_outputs(torch, port, alignment, options.rtol, options.atol, mapping.module_port)
+    outputs_close = all(leaf.close for leaf in leaves)
     from jaxside.annotate.review_html import html_page
     from jaxside.annotate.review_report import text
 
     status.close()  # the report follows on stdout, the live line cleared first
-    to_stdout(text(options, torch, port, alignment, mapping, outputs_close))
+    to_stdout(text(options, torch, port, alignment, mapping, leaves))
     if options.html:
         write(html_page(options, torch, port, alignment), options.html, options, "--html")
     return EXIT_OK if outputs_close else EXIT_MISMATCH
@@ -284,9 +287,3 @@ def _input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> di
         if item.kind != "arg" and item.name in mapped and mapped[item.name] in port_by_name:
             result[item.var] = port_by_name[mapped[item.name]]
     return result
-
-
-def _outputs_close(torch: Any, alignment: Any) -> bool:
-    outs = set(torch.trace.jaxpr.jaxpr.outvars)
-    return all(pair.close for pair in alignment.pairs if pair.torch_var in outs)
-

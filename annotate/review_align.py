@@ -104,19 +104,37 @@ def _ancestors(jaxpr: Any) -> dict[Any, frozenset[Any]]:
     return seen
 
 
+def _fill(a: np.ndarray) -> float:
+    """How large a value is a mask's fill rather than a number: 1e9, or half a narrow float's range."""
+    return min(1e9, float(np.finfo(a.dtype).max) / 2) if a.dtype.kind == "f" else np.inf
+
+
+def _both_fill(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elements both sides fill alike: the same infinity, or huge values of one sign (torch's
+    `finfo.min` where the port writes `-inf`, or `-1e10`): what a mask fills agrees whatever the value."""
+    limit = min(_fill(a), _fill(b))
+    with np.errstate(invalid="ignore"):
+        return (np.abs(a) >= limit) & (np.abs(b) >= limit) & (np.sign(a) == np.sign(b))
+
+
 def close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
-    """Equal within tolerance, element by element in row-major order (a reshape is the same value)."""
-    return a.size == b.size and bool(np.allclose(a.reshape(-1), b.reshape(-1), rtol=rtol, atol=atol,
-                                                 equal_nan=True))
+    """Equal within tolerance, element by element in row-major order (a reshape is the same value);
+    mask fills that agree (`_both_fill`) count as equal."""
+    if a.size != b.size:
+        return False
+    a, b = a.reshape(-1), b.reshape(-1)
+    fills = _both_fill(a, b)
+    if fills.any():
+        a, b = a[~fills], b[~fills]
+    return bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def error(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(-1), b.reshape(-1)
     with np.errstate(invalid="ignore"):
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
-    diff = np.where(both_inf, 0.0, diff)
-    return float(np.nanmax(diff)) if diff.size else 0.0
+    diff = np.where(_both_fill(a, b), 0.0, diff)
+    return float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0
 
 
 def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float) -> Alignment:
@@ -127,24 +145,31 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     partner: dict[Any, Any] = dict(inputs)
     used: set[Any] = set(inputs.values())
     port_order = {v: i for i, v in enumerate(port.checkpoints)}
-    pairs: list[Pair] = []
+    found: dict[Any, Pair] = {}
+    # Equal values first, all of them: a port value equal to a later torch value (a library call
+    # such as `nnx.dot_product_attention` computing several torch lines at once) is that value's
+    # partner, never the counterpart of the torch lines inside the call.
     for var in torch.checkpoints:
         value = torch.values[var]
-        same = [p for p in port.checkpoints if _same_type(port.values[p], value)]
-        equal = [p for p in same if close(value, port.values[p], rtol, atol)]
+        equal = [p for p in port.checkpoints if _same_type(port.values[p], value)
+                 and close(value, port.values[p], rtol, atol)]
         if equal:
             fresh = [p for p in equal if p not in used] or equal
             chosen = min(fresh, key=port_order.__getitem__)
             partner[var] = chosen
             used.add(chosen)
-            pairs.append(Pair(var, chosen, error(value, port.values[chosen]), True))
+            found[var] = Pair(var, chosen, error(value, port.values[chosen]), True)
+    for var in torch.checkpoints:
+        if var in found:
             continue
+        value = torch.values[var]
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
-        below = [p for p in same if p not in used and anchors and anchors <= port.ancestors[p]
-                 and port.values[p].shape == value.shape]
+        below = [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
+                 and _same_type(port.values[p], value) and port.values[p].shape == value.shape]
         counterpart = min(below, key=port_order.__getitem__) if below else None
         err = error(value, port.values[counterpart]) if counterpart is not None else None
-        pairs.append(Pair(var, counterpart, err, False))
+        found[var] = Pair(var, counterpart, err, False)
+    pairs = [found[var] for var in torch.checkpoints]
     first = next((p for p in pairs if p.port_var is not None and not p.close), None)
     unmatched = [p for p in port.checkpoints if p not in used]
     return Alignment(pairs, first, unmatched)

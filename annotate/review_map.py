@@ -50,6 +50,8 @@ class Mapping:
     """Name of a port trace input -> the torch tensor it was given (or made from)."""
     note: str = ""
     """What the report adds about how the weights were mapped."""
+    module_port: bool = False
+    """The port is a module, traced as `(output, new state)`."""
 
 
 def tokens(path: str) -> list[str]:

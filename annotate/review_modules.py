@@ -50,7 +50,7 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
     mapping = Mapping(pairs={leaf.path: result.recipes[leaf.path].describe() for leaf in port.leaves
                              if leaf.path in result.recipes},
                       unused_torch=result.unused, inputs={f"state[{name!r}]": name for name in weights},
-                      note=_note(port, result.recipes))
+                      note=_note(port, result.recipes), module_port=True)
     return trace, jax.tree_util.tree_leaves([weights, *data]), mapping
 
 

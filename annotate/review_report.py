@@ -88,7 +88,10 @@ def _numbers(value: np.ndarray) -> str:
 
 
 def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
-         outputs_close: bool) -> str:
+         leaves: list[Any]) -> str:
+    from jaxside.annotate.review_outputs import lines as output_lines
+
+    outputs_close = all(leaf.close for leaf in leaves)
     out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
@@ -117,6 +120,7 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
             if site is not None}
     if lost:
         out.append(f"port lines with values torch never computed: {grouped(lost, port_label, ', ')}")
+    out += output_lines(leaves)
     if not outputs_close:
         out += ["weights as mapped (port <- torch; --params-map overrides):"]
         out += [f"  {port} <- {source}" for port, source in mapping.pairs.items()]

@@ -25,6 +25,9 @@ LAYOUTS = {
     "equinox": ("equinox", "eqx_entry.py",
                 ("eqx_port/model.py", "eqx_port/attention.py", "eqx_port/norm.py")),
 }
+# An NNX port whose attention weights are one library call (the entry file, the rest nnx_port's).
+FUSED = ("flax", "fused_entry.py", ("fused_entry.py", "nnx_port/model.py", "nnx_port/layers.py",
+                                    "nnx_port/rotary.py"))
 # (framework, bug) -> (file, text of the correct line, what the bug makes of it)
 BUGS = {
     ("nnx", "rope"): ("nnx_port/rotary.py", "[-second, first]", "[second, -first]"),
@@ -49,10 +52,11 @@ def _forget(root: Path) -> None:
 
 
 def _review(root: Path, framework: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    importlib.import_module(LAYOUTS[framework][0])  # part of the test extra: missing is a failure
+    package, entry, _ = FUSED if framework == "fused" else LAYOUTS[framework]
+    importlib.import_module(package)  # part of the test extra: missing is a failure
     _forget(root)
     try:
-        code = main(["review", str(TORCH), str(root / LAYOUTS[framework][1]), "-q"])
+        code = main(["review", str(TORCH), str(root / entry), "-q"])
     finally:
         _forget(root)
     captured = capsys.readouterr()
@@ -87,3 +91,60 @@ def test_planted_bug_is_named_at_its_file_and_line(framework: str, bug: str, tmp
     found = re.search(r"^  port  (\S+):(\d+) ", out, re.M)
     assert found, out
     assert (found.group(1), int(found.group(2))) == (Path(file).name, hits[0] + 1), out
+
+
+def test_library_attention_call_is_one_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Flax's `dot_product_attention_weights` computes torch's scores, mask and softmax lines in one
+    expression: the correct port reports no difference; a bug in that call is named there."""
+    code, out = _review(PORTS, "fused", capsys)
+    assert code == 0, out
+    assert "DIFFERS" not in out and "first divergence" not in out and "outputs match" in out, out
+    root = tmp_path / "ports"
+    shutil.copytree(PORTS, root, ignore=shutil.ignore_patterns("__pycache__"))
+    entry = root / "fused_entry.py"
+    text = entry.read_text()
+    assert text.count("attention_weights(q, k,") == 1
+    entry.write_text(text.replace("attention_weights(q, k,", "attention_weights(q * 2.0, k,"))
+    code, out = _review(root, "fused", capsys)
+    assert code == 1, out
+    line = next(n for n, t in enumerate(entry.read_text().splitlines(), 1) if "q * 2.0" in t)
+    assert re.search(rf"^  port  fused_entry.py:{line} ", out, re.M), out
+
+
+# How the port returns its logits: as Hugging Face's Flax `ModelOutput` (an OrderedDict registered
+# with torch's pytree without keys, unknown to JAX), a NamedTuple, a flax struct dataclass.
+RETURNS = {
+    "keyless": ("import collections\nimport torch.utils._pytree as torch_pytree\n\n\n"
+                "class Out(collections.OrderedDict):\n    pass\n\n\n"
+                "torch_pytree.register_pytree_node(Out, lambda o: (list(o.values()), list(o)),\n"
+                "                                  lambda values, names: Out(zip(names, values)))\n",
+                "Out(logits=logits, hidden_states=None)", "['logits']"),
+    "namedtuple": ("from typing import NamedTuple\n\nimport jax\n\n\n"
+                   "class Out(NamedTuple):\n    logits: jax.Array\n    aux: tuple\n",
+                   "Out(logits, ())", ".logits"),
+    "struct": ("import jax\nfrom flax import struct\n\n\n"
+               "@struct.dataclass\nclass Out:\n    logits: jax.Array\n    extra: dict\n",
+               "Out(logits=logits, extra={'scaled': logits * 2})", ".logits"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RETURNS))
+def test_port_output_pytrees_compare_leaf_by_leaf(kind: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    head, made, path = RETURNS[kind]
+    entry = tmp_path / f"returns_{kind}.py"
+    entry.write_text(f"{head}\nfrom nnx_port.model import Decoder\nfrom flax import nnx\n\n\n"
+                     "class Wrapped(Decoder):\n    def __call__(self, tokens):\n"
+                     f"        logits = super().__call__(tokens)\n        return {made}\n\n\n"
+                     "def build():\n    return Wrapped(nnx.Rngs(0))\n")
+    sys.path.insert(0, str(PORTS))
+    try:
+        _forget(PORTS)
+        code = main(["review", str(TORCH), str(entry), "-q"])
+    finally:
+        sys.path.remove(str(PORTS))
+        _forget(PORTS)
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert re.search(rf"^  output +float32\[1, 6, 24\] +<- {re.escape(path)}  max abs \S+  ok$", out.out,
+                     re.M), out.out

@@ -11,7 +11,7 @@ def rotate_half(x):
 
 
 class RMSNorm(nn.Module):
-    eps: float = 1e-5
+    eps: float = 1e-3
 
     @nn.compact
     def __call__(self, x):

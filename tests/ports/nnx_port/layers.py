@@ -6,7 +6,7 @@ from nnx_port.rotary import rotate
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, dim, eps=1e-5):
+    def __init__(self, dim, eps=1e-3):
         self.weight = nnx.Param(jnp.ones((dim,)))
         self.eps = eps
 
