@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--params-map", metavar="FILE", help="a Python file defining PARAMS_MAP = {port leaf path: "
         "state_dict name}, e.g. {\"params['embed']\": 'tok_embeddings.weight'} or, for a module port, "
         "{'layers.0.attn.q.kernel': 'layers.0.attention.wqkv.weight[0:64]'}; overrides the guess")
+    add("--port-weights", metavar="NAME", help="the port's own weight loader, NAME(port_model, "
+        "torch_state_dict) in PORT_FILE, returning the loaded port (or filling it in place): the port "
+        "runs on its weights, and each leaf is checked against review's own mapping")
     add("--rtol", type=float, default=1e-5, metavar="X", help="relative tolerance (default 1e-5)")
     add("--atol", type=float, default=1e-6, metavar="X", help="absolute tolerance (default 1e-6)")
     add("--html", metavar="PATH", help="also write a two-column HTML view of both files to PATH")
@@ -177,11 +180,40 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
     from jaxside.annotate.review_files import port_files
 
     files = port_files(module, built)
+    made = None
+    if options.port_weights:
+        port, made = _load_weights(options, module, port, built, state, data, files)
     if port is not None:
         from jaxside.annotate.review_modules import trace_module
 
-        return trace_module(options, port, state, data, files)
+        return trace_module(options, port, state, data, files, made)
     return _function_side(options, entry, name, state, data, files)
+
+
+def _load_weights(options: argparse.Namespace, module: Any, port: Any, built: Any, state: dict[str, Any],
+                  data: tuple, files: list[str]) -> tuple[Any, Any]:
+    """The port as its own loader fills it (`--port-weights`), and where the loader made each array."""
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.review_frameworks import module_port
+    from jaxside.annotate.review_loader import run_loader
+
+    name = options.port_weights
+    loader = getattr(module, name, None)
+    if not callable(loader):
+        raise Failure(f"defines no function {name}", "name the port's loader, called as "
+                      f"{name}(port_model, torch_state_dict), with --port-weights", file=options.port)
+    if port is None:
+        raise Failure("--port-weights needs a Flax NNX, Flax Linen or Equinox module port",
+                      "a plain function port takes its weights as arguments", file=options.port)
+    try:
+        loaded, made, alive = run_loader(loader, built, state, data, files)
+        ported = module_port(loaded, data)
+    except Exception as error:
+        raise UserCodeRaised(f"loading the torch weights with {name}", error) from error
+    if ported is None:
+        raise Failure(f"{name} returned {type(loaded).__name__}, not the port model",
+                      "return the loaded model, or None after filling it in place", file=options.port)
+    return ported, (made, alive)
 
 
 def _load_port(path: str) -> Any:

@@ -97,7 +97,7 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
                f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
                if mapping.unused_torch else ""),
-           "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
+           *mapping.checked, "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
     torch_label = labels(side_files(torch, options.file))
     port_label = labels(side_files(port, options.port))
     for (file, line), (lines, err, ok, seen) in rows(torch, port, alignment).items():

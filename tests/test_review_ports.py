@@ -148,3 +148,43 @@ def test_port_output_pytrees_compare_leaf_by_leaf(kind: str, tmp_path: Path,
     assert code == 0, out.out + out.err
     assert re.search(rf"^  output +float32\[1, 6, 24\] +<- {re.escape(path)}  max abs \S+  ok$", out.out,
                      re.M), out.out
+
+
+def _loader_review(entry: Path, capsys: pytest.CaptureFixture[str], name: str) -> tuple[int, str]:
+    sys.path.insert(0, str(PORTS))
+    try:
+        _forget(PORTS)
+        code = main(["review", str(TORCH), str(entry), "-q", "--port-weights", name])
+    finally:
+        sys.path.remove(str(PORTS))
+        _forget(PORTS)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_port_weights_loader_is_checked_leaf_by_leaf(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The port's own converter fills the port; a correct one passes, one that copies a square
+    kernel without its transpose is named: the leaf, what it holds, and the loader line."""
+    code, out = _loader_review(PORTS / "loader_entry.py", capsys, "load_from_torch")
+    assert code == 0, out
+    assert "load_from_torch: every leaf as review's mapping makes it" in out and "outputs match" in out, out
+    good = 'weight(prefix + "self_attn.o_proj.weight").T'
+    lines = (PORTS / "loader_entry.py").read_text().splitlines(keepends=True)
+    (hit,) = [n for n, line in enumerate(lines) if good in line]
+    lines[hit] = lines[hit].replace(good, good[:-2])
+    broken = tmp_path / "loader_entry.py"
+    broken.write_text("".join(lines))
+    code, out = _loader_review(broken, capsys, "load_from_torch")
+    assert code == 1, out
+    o_proj = "layers.0.self_attn.o_proj"
+    assert (f"  {o_proj}.kernel holds {o_proj}.weight where review's mapping makes {o_proj}.weight.T "
+            f"(made at loader_entry.py:{hit + 1})") in out, out
+    assert "load_from_torch: 1 leaf unlike review's mapping:" in out, out
+
+
+def test_port_weights_names_a_missing_loader(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _loader_review(PORTS / "loader_entry.py", capsys, "convert")
+    assert code == 2
+    assert out.strip().splitlines() == [out.strip()], out  # one line, naming the port file
+    assert re.match(r"error: \S*loader_entry.py: defines no function convert; ", out), out
