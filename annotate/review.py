@@ -94,11 +94,12 @@ def _review(options: argparse.Namespace, status: Status) -> int:
         port = side(port_trace, port_args)
     status.phase("comparing values")
     inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
-    alignment = align(torch, port, inputs, options.rtol, options.atol)
-    from jaxside.annotate.review_outputs import compare_outputs
+    from jaxside.annotate.review_outputs import compare_outputs, match_outputs, matched, unreturned
 
-    leaves = compare_outputs(torch, port, alignment, options.rtol, options.atol, mapping.module_port)
-    outputs_close = all(leaf.close for leaf in leaves)
+    matches = match_outputs(torch, port, mapping.module_port)
+    alignment = align(torch, port, inputs, options.rtol, options.atol, unreturned(matches))
+    leaves = compare_outputs(torch, port, alignment, options.rtol, options.atol, matches)
+    outputs_close = matched(leaves)
     from jaxside.annotate.review_html import html_page
     from jaxside.annotate.review_report import text
 

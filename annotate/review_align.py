@@ -137,11 +137,13 @@ def error(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0
 
 
-def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float) -> Alignment:
+def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float,
+          uncompared: set[Any] = frozenset()) -> Alignment:
     """Pair each torch checkpoint with a port value: first one equal within tolerance (same size and
     dtype, compared in row-major order); failing that, the first unpaired port value of that shape
-    computed from the port
-    partners of the torch value's nearest paired ancestors: that one is where the numbers part."""
+    computed from the port partners of the torch value's nearest paired ancestors: that one is
+    where the numbers part. `uncompared`: torch results the port does not return (they do not
+    make a difference that agrees again downstream a divergence)."""
     partner: dict[Any, Any] = dict(inputs)
     used: set[Any] = set(inputs.values())
     port_order = {v: i for i, v in enumerate(port.checkpoints)}
@@ -159,6 +161,9 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
             partner[var] = chosen
             used.add(chosen)
             found[var] = Pair(var, chosen, error(value, port.values[chosen]), True)
+    agreed = [(var, pair.port_var) for var, pair in found.items()]
+    differing = [v for v in torch.trace.jaxpr.jaxpr.outvars
+                 if v in torch.values and v not in found and v not in uncompared]
     for var in torch.checkpoints:
         if var in found:
             continue
@@ -166,6 +171,13 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
         below = [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
                  and _same_type(port.values[p], value) and port.values[p].shape == value.shape]
+        # A candidate both of whose sides flow into values that agree again, while no torch
+        # result that differs comes of it, is another quantity (torch's `rsqrt(var + eps)` where
+        # the port divides by `sqrt(var + eps)`; the port's attention weights where torch's fused
+        # attention has none), not a divergence.
+        if not any(var in torch.ancestors[out] for out in differing):
+            below = [p for p in below if not any(var in torch.ancestors[t] and p in port.ancestors[q]
+                                                 for t, q in agreed)]
         counterpart = min(below, key=port_order.__getitem__) if below else None
         err = error(value, port.values[counterpart]) if counterpart is not None else None
         found[var] = Pair(var, counterpart, err, False)

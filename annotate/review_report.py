@@ -90,8 +90,9 @@ def _numbers(value: np.ndarray) -> str:
 def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
          leaves: list[Any]) -> str:
     from jaxside.annotate.review_outputs import lines as output_lines
+    from jaxside.annotate.review_outputs import matched
 
-    outputs_close = all(leaf.close for leaf in leaves)
+    outputs_close = matched(leaves)
     out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
