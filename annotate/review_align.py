@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,10 +141,11 @@ def error(a: np.ndarray, b: np.ndarray) -> float:
 def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float,
           uncompared: set[Any] = frozenset()) -> Alignment:
     """Pair each torch checkpoint with a port value: first one equal within tolerance (same size and
-    dtype, compared in row-major order); failing that, the first unpaired port value of that shape
-    computed from the port partners of the torch value's nearest paired ancestors: that one is
-    where the numbers part. `uncompared`: torch results the port does not return (they do not
-    make a difference that agrees again downstream a divergence)."""
+    dtype, compared in row-major order or with the port's axes reordered); failing that, the first
+    unpaired port value of that shape (axes in any order) computed from the port partners of the
+    torch value's nearest paired ancestors: that one is where the numbers part. `uncompared`:
+    torch results the port does not return (a difference that agrees again before them is none).
+    """
     partner: dict[Any, Any] = dict(inputs)
     used: set[Any] = set(inputs.values())
     port_order = {v: i for i, v in enumerate(port.checkpoints)}
@@ -154,37 +156,93 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     for var in torch.checkpoints:
         value = torch.values[var]
         equal = [p for p in port.checkpoints if _same_type(port.values[p], value)
-                 and close(value, port.values[p], rtol, atol)]
+                 and _equal(value, port.values[p], rtol, atol)]
         if equal:
             fresh = [p for p in equal if p not in used] or equal
             chosen = min(fresh, key=port_order.__getitem__)
             partner[var] = chosen
             used.add(chosen)
-            found[var] = Pair(var, chosen, error(value, port.values[chosen]), True)
-    agreed = [(var, pair.port_var) for var, pair in found.items()]
-    differing = [v for v in torch.trace.jaxpr.jaxpr.outvars
-                 if v in torch.values and v not in found and v not in uncompared]
+            found[var] = Pair(var, chosen, _distance(value, port.values[chosen]), True)
+    # Values that agree well inside the tolerance: a difference that agrees again only at its edge
+    # (a misplaced epsilon, below the tolerance at first) is still carried on, not healed.
+    agreed = [(var, pair.port_var) for var, pair in found.items()
+              if pair.error is not None and pair.error <= (atol + rtol * _scale(torch.values[var])) / 10]
+    agreed_vars = {var for var, _ in agreed}
+    differing = {v for v in torch.trace.jaxpr.jaxpr.outvars
+                 if v in torch.values and v not in found and v not in uncompared}
+    consumers: dict[Any, list[int]] = {}
+    for i, eqn in enumerate(torch.trace.jaxpr.jaxpr.eqns):
+        for read in eqn.invars:
+            if not hasattr(read, "val"):
+                consumers.setdefault(read, []).append(i)
     for var in torch.checkpoints:
         if var in found:
             continue
         value = torch.values[var]
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
+        # Of that shape, or of its axes in another order (a port keeping queries as (batch, seq,
+        # heads, head_dim) where torch has (batch, heads, seq, head_dim)).
         below = [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
-                 and _same_type(port.values[p], value) and port.values[p].shape == value.shape]
-        # A candidate both of whose sides flow into values that agree again, while no torch
-        # result that differs comes of it, is another quantity (torch's `rsqrt(var + eps)` where
-        # the port divides by `sqrt(var + eps)`; the port's attention weights where torch's fused
-        # attention has none), not a divergence.
-        if not any(var in torch.ancestors[out] for out in differing):
-            below = [p for p in below if not any(var in torch.ancestors[t] and p in port.ancestors[q]
-                                                 for t, q in agreed)]
+                 and _same_type(port.values[p], value) and _orders(port.values[p].shape, value.shape)]
         counterpart = min(below, key=port_order.__getitem__) if below else None
-        err = error(value, port.values[counterpart]) if counterpart is not None else None
+        # A counterpart both of whose sides flow into values that agree again, while no torch
+        # result that differs comes of it but through those, is another quantity (torch's
+        # `rsqrt(var + eps)` where the port divides by `sqrt(var + eps)`; the port's attention
+        # weights where torch's fused attention has none), not a divergence: left uncompared.
+        if counterpart is not None and any(var in torch.ancestors[t] and counterpart in port.ancestors[q]
+                                           for t, q in agreed) and not _reaches(
+                var, differing, agreed_vars, torch.trace.jaxpr.jaxpr.eqns, consumers):
+            counterpart = None
+        err = _distance(value, port.values[counterpart]) if counterpart is not None else None
         found[var] = Pair(var, counterpart, err, False)
     pairs = [found[var] for var in torch.checkpoints]
     first = next((p for p in pairs if p.port_var is not None and not p.close), None)
     unmatched = [p for p in port.checkpoints if p not in used]
     return Alignment(pairs, first, unmatched)
+
+
+def _reaches(start: Any, targets: set[Any], through: set[Any], eqns: Any,
+             consumers: dict[Any, list[int]]) -> bool:
+    """Whether a value computed from `start` without passing a value of `through` is in `targets`."""
+    stack, seen = [start], {start}
+    while stack:
+        for index in consumers.get(stack.pop(), ()):
+            for out in eqns[index].outvars:
+                if out in targets:
+                    return True
+                if out not in seen and out not in through:
+                    seen.add(out)
+                    stack.append(out)
+    return False
+
+
+def _equal(value: np.ndarray, theirs: np.ndarray, rtol: float, atol: float) -> bool:
+    """Equal in row-major order, or with the port's axes in torch's order."""
+    if close(value, theirs, rtol, atol):
+        return True
+    return theirs.shape != value.shape and any(
+        close(value, np.transpose(theirs, axes), rtol, atol) for axes in _orders(theirs.shape, value.shape))
+
+
+def _scale(value: np.ndarray) -> float:
+    finite = np.abs(value[np.isfinite(value)]) if value.dtype.kind in "fc" else np.abs(value)
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _distance(value: np.ndarray, theirs: np.ndarray) -> float:
+    """The max error in row-major order or, the port's axes in torch's order, the least of those."""
+    found = [error(value, np.transpose(theirs, axes)) for axes in _orders(theirs.shape, value.shape)]
+    return min([error(value, theirs), *found])
+
+
+def _orders(shape: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The orders of `shape`'s axes that make it `target` (the identity first), up to 5 axes."""
+    if shape == target:
+        return [tuple(range(len(shape)))]
+    if len(shape) != len(target) or len(shape) > 5 or sorted(shape) != sorted(target):
+        return []
+    return [order for order in itertools.permutations(range(len(shape)))
+            if all(shape[axis] == size for axis, size in zip(order, target))]
 
 
 def _same_type(a: np.ndarray, b: np.ndarray) -> bool:
