@@ -188,3 +188,20 @@ def test_port_weights_names_a_missing_loader(capsys: pytest.CaptureFixture[str])
     assert code == 2
     assert out.strip().splitlines() == [out.strip()], out  # one line, naming the port file
     assert re.match(r"error: \S*loader_entry.py: defines no function convert; ", out), out
+
+
+def test_torch_lines_carry_their_own_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """TORCH_FILE an entry file importing the model: each torch line is named by the file it is in
+    (the model's), with that file's line number, never by the entry file's name."""
+    _forget(PORTS)
+    try:
+        code = main(["review", str(PORTS / "torch_entry.py"), str(PORTS / "nnx_entry.py"), "-q"])
+    finally:
+        _forget(PORTS)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [line.split()[0] for line in out.splitlines() if re.match(r"^\S+\.py:\d+ ", line)]
+    assert len(rows) > 15 and all(row.startswith("tiny_decoder.py:") for row in rows), out
+    rotated = next(n for n, text in enumerate(TORCH.read_text().splitlines(), 1)
+                   if "torch.cat((-second, first)" in text)
+    assert f"tiny_decoder.py:{rotated}" in rows, out
