@@ -207,14 +207,16 @@ def _load_weights(options: argparse.Namespace, module: Any, port: Any, built: An
         raise Failure("--port-weights needs a Flax NNX, Flax Linen or Equinox module port",
                       "a plain function port takes its weights as arguments", file=options.port)
     try:
-        loaded, made, alive = run_loader(loader, built, state, data, files)
+        loaded, made, alive = run_loader(loader, built, state, data, files, list(port.own.values()))
         ported = module_port(loaded, data)
     except Exception as error:
         raise UserCodeRaised(f"loading the torch weights with {name}", error) from error
     if ported is None:
         raise Failure(f"{name} returned {type(loaded).__name__}, not the port model",
                       "return the loaded model, or None after filling it in place", file=options.port)
-    return ported, (made, alive)
+    # The dtypes the port declares are its own, before the loader: a loader that casts is named.
+    return ported, (made, alive, {leaf.path: leaf.dtype for leaf in port.leaves},
+                    {id(value) for value in port.own.values()})
 
 
 def _load_port(path: str) -> Any:

@@ -43,7 +43,7 @@ class Loaded:
 
 
 def run_loader(loader: Callable[..., Any], built: Any, state: dict[str, Any], data: tuple,
-               files: list[str]) -> tuple[Any, dict[int, tuple[str, int]], list[Any]]:
+               files: list[str], before: list[Any]) -> tuple[Any, dict[int, tuple[str, int]], list[Any]]:
     """The loaded port (a Linen module is given as `(module, variables)`, initialised; its loader
     may return the variables alone), for each array id the loader made the line of `files` that
     made it, and those arrays (kept alive so that their ids stay theirs)."""
@@ -58,7 +58,8 @@ def run_loader(loader: Callable[..., Any], built: Any, state: dict[str, Any], da
     torch_state = {name: torch.from_numpy(np.array(value)) for name, value in state.items()}
     watched = set(files)
     made: dict[int, tuple[str, int]] = {}
-    alive: list[Any] = []  # ids of freed arrays are reused: keep every array seen alive
+    alive: list[Any] = list(before)  # ids of freed arrays are reused: keep every array seen alive
+    untouched = {id(value) for value in before}
     last: dict[Any, int] = {}
     variables = _variables(target)
 
@@ -67,7 +68,7 @@ def run_loader(loader: Callable[..., Any], built: Any, state: dict[str, Any], da
         if line is None:
             return
         for value in _arrays(frame.f_locals, variables):
-            if id(value) not in made:
+            if id(value) not in made and id(value) not in untouched:
                 made[id(value)] = (frame.f_code.co_filename, line)
                 alive.append(value)
 
@@ -120,8 +121,9 @@ def _arrays(scope: dict[str, Any], variables: list[Any]) -> list[Any]:
 
 
 def check(own: dict[str, Any], recipes: dict[str, Recipe], state: dict[str, Any], dtypes: dict[str, Any],
-          made: dict[int, tuple[str, int]]) -> list[LeafCheck]:
-    """Every leaf the mapping makes, against what the loader put there."""
+          made: dict[int, tuple[str, int]], before: set[int]) -> list[LeafCheck]:
+    """Every leaf the mapping makes, against what the loader put there (`before`: ids of the
+    arrays the port held before the loader ran)."""
     expected = {path: np.asarray(recipe.build(state, dtypes[path])) for path, recipe in recipes.items()}
     found = []
     for path, recipe in recipes.items():
@@ -131,8 +133,9 @@ def check(own: dict[str, Any], recipes: dict[str, Recipe], state: dict[str, Any]
         got, want = np.asarray(value), expected[path]
         if got.shape == want.shape and got.dtype == want.dtype and np.allclose(got, want, rtol=1e-6, atol=0):
             continue
-        found.append(LeafCheck(path, recipe.describe(), _holds(got, want, path, expected, state),
-                               made.get(id(value))))
+        holds = ("the value the port was built with (the loader left it)" if id(value) in before
+                 else _holds(got, want, path, expected, state))
+        found.append(LeafCheck(path, recipe.describe(), holds, made.get(id(value))))
     return found
 
 
@@ -173,5 +176,5 @@ def lines(checks: list[LeafCheck], loader: str) -> list[str]:
         where = f" (made at {Path(item.line[0]).name}:{item.line[1]})" if item.line else ""
         out.append(f"  {item.path} holds {item.holds} where review's mapping makes {item.expected}{where}")
     head = (f"{loader}: every leaf as review's mapping makes it" if not checks else
-            f"{loader}: {len(checks)} leaf{'s' if len(checks) > 1 else ''} unlike review's mapping:")
+            f"{loader}: {len(checks)} {'leaves' if len(checks) > 1 else 'leaf'} unlike review's mapping:")
     return [head, *out]

@@ -50,8 +50,9 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
     if loaded is not None:
         from jaxside.annotate.review_loader import Loaded, check, lines
 
-        dtypes = {leaf.path: leaf.dtype for leaf in port.leaves}
-        checked = lines(check(port.own, result.recipes, state, dtypes, loaded[0]), options.port_weights)
+        dtypes = {leaf.path: loaded[2].get(leaf.path, leaf.dtype) for leaf in port.leaves}
+        checked = lines(check(port.own, result.recipes, state, dtypes, loaded[0], loaded[3]),
+                        options.port_weights)
         recipes = {leaf.path: Loaded(port.own[leaf.path]) for leaf in port.leaves}
         weights = {}
     try:
