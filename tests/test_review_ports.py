@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from html_rows import rows
 
 from jaxside.annotate.cli import main
 
@@ -51,12 +52,12 @@ def _forget(root: Path) -> None:
             del sys.modules[name]
 
 
-def _review(root: Path, framework: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def _review(root: Path, framework: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
     package, entry, _ = FUSED if framework == "fused" else LAYOUTS[framework]
     importlib.import_module(package)  # part of the test extra: missing is a failure
     _forget(root)
     try:
-        code = main(["review", str(TORCH), str(root / entry), "-q"])
+        code = main(["review", str(TORCH), str(root / entry), "-q", *extra])
     finally:
         _forget(root)
     captured = capsys.readouterr()
@@ -64,8 +65,10 @@ def _review(root: Path, framework: str, capsys: pytest.CaptureFixture[str]) -> t
 
 
 @pytest.mark.parametrize("framework", sorted(LAYOUTS))
-def test_correct_port_pairs_lines_in_every_file(framework: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = _review(PORTS, framework, capsys)
+def test_correct_port_pairs_lines_in_every_file(framework: str, capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    page = tmp_path / "review.html"
+    code, out = _review(PORTS, framework, capsys, "--html", str(page))
     assert code == 0, out
     assert "outputs match" in out and "DIFFERS" not in out and "first divergence" not in out, out
     table = [line.split() for line in out.splitlines() if line.startswith("tiny_decoder.py:")]
@@ -73,6 +76,18 @@ def test_correct_port_pairs_lines_in_every_file(framework: str, capsys: pytest.C
     # Every file of the port computed some of torch's values, and says so under its own name.
     named = {re.sub(r":[\d,]+$", "", cell) for row in table for cell in row[1:-2]}
     assert named == {Path(file).name for file in LAYOUTS[framework][2]}, out
+    # The page: a section per port file, each paired row showing its own file's line.
+    text = page.read_text(encoding="utf-8")
+    sections = re.findall(r"<th colspan=5>([^<]+)</th>", text)
+    files = {Path(file).name: PORTS / file for file in LAYOUTS[framework][2]}
+    assert set(sections) >= set(files) - {"linen_port.py"}, sections  # one file: no sections
+    shown = sections or ["linen_port.py"]
+    paired = [row for row in rows(text) if "ok" in row.classes]
+    assert paired
+    for row in paired:
+        section, line = re.fullmatch(r"p(\d*)-L(\d+)", row.id).groups()
+        source = files[shown[int(section or 0)]].read_text().splitlines()
+        assert row.cells[4].strip() == source[int(line) - 1].strip(), row
 
 
 @pytest.mark.parametrize(("framework", "bug"), sorted(BUGS))
@@ -205,3 +220,19 @@ def test_torch_lines_carry_their_own_file(capsys: pytest.CaptureFixture[str]) ->
     rotated = next(n for n, text in enumerate(TORCH.read_text().splitlines(), 1)
                    if "torch.cat((-second, first)" in text)
     assert f"tiny_decoder.py:{rotated}" in rows, out
+
+
+def test_mask_fills_that_agree_are_equal() -> None:
+    """torch's `finfo.min` where the port writes `-inf` (or `-1e10`) fills a mask alike; a fill
+    against a number, or fills of opposite signs, still differ."""
+    import numpy as np
+
+    from jaxside.annotate.review_align import close, error
+
+    lowest = np.finfo(np.float32).min
+    torch_scores = np.array([0.5, lowest, lowest + 1.0], np.float32)
+    for port_scores in ([0.5, -np.inf, -np.inf], [0.5, -1e10, -np.inf]):
+        port = np.array(port_scores, np.float32)
+        assert close(torch_scores, port, 1e-5, 1e-6) and error(torch_scores, port) == 0.0
+    assert not close(torch_scores, np.array([0.5, -np.inf, 3.0], np.float32), 1e-5, 1e-6)
+    assert not close(torch_scores, np.array([0.5, np.inf, -np.inf], np.float32), 1e-5, 1e-6)
