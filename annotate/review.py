@@ -214,6 +214,14 @@ def _load_weights(options: argparse.Namespace, module: Any, port: Any, built: An
     if ported is None:
         raise Failure(f"{name} returned {type(loaded).__name__}, not the port model",
                       "return the loaded model, or None after filling it in place", file=options.port)
+    built_shapes = {leaf.path: leaf.shape for leaf in port.leaves}
+    for leaf in ported.leaves:
+        shape = built_shapes.get(leaf.path)
+        if shape is not None and shape != leaf.shape:
+            where = made.get(id(ported.own[leaf.path]))
+            raise Failure(f"{name} gave {leaf.path} the shape {list(leaf.shape)}, where the port was built "
+                          f"with {list(shape)}", "fix the loader (a kernel is (in, out): torch's weight.T)",
+                          file=where[0] if where else options.port, line=where[1] if where else None)
     # The dtypes the port declares are its own, before the loader: a loader that casts is named.
     return ported, (made, alive, {leaf.path: leaf.dtype for leaf in port.leaves},
                     {id(value) for value in port.own.values()})

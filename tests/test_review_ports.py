@@ -236,3 +236,23 @@ def test_mask_fills_that_agree_are_equal() -> None:
         assert close(torch_scores, port, 1e-5, 1e-6) and error(torch_scores, port) == 0.0
     assert not close(torch_scores, np.array([0.5, -np.inf, 3.0], np.float32), 1e-5, 1e-6)
     assert not close(torch_scores, np.array([0.5, np.inf, -np.inf], np.float32), 1e-5, 1e-6)
+
+
+def test_port_weights_names_a_leaf_of_another_shape(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A Linen loader that copies a non-square kernel without its transpose: one line, at the loader line."""
+    entry = tmp_path / "linen_loader.py"
+    entry.write_text("import jax.numpy as jnp\nfrom flax.core import unfreeze\n"
+                     "from linen_port import Decoder\n\n\n"
+                     "def build():\n    return Decoder()\n\n\n"
+                     "def load(port, state_dict):\n    module, variables = port\n"
+                     "    params = unfreeze(variables['params'])\n"
+                     "    gate = jnp.asarray(state_dict['layers.0.mlp.gate_proj.weight'].numpy())\n"
+                     "    params['layers_0']['gate_proj']['kernel'] = gate\n"
+                     "    return {'params': params}\n")
+    code, out = _loader_review(entry, capsys, "load")
+    assert code == 2, out
+    assert out.strip().splitlines() == [out.strip()], out
+    made = next(n for n, text in enumerate(entry.read_text().splitlines(), 1) if "gate = " in text)
+    assert re.match(rf"error: {re.escape(str(entry))}:{made}: load gave params.layers_0.gate_proj.kernel the "
+                    r"shape \[40, 16\], where the port was built with \[16, 40\]; ", out), out
