@@ -92,10 +92,11 @@ def _class_modules(port: Any) -> Iterable[ModuleType]:
         elif hasattr(value, "__dict__") and not isinstance(value, (type, ModuleType)) and not callable(
                 getattr(value, "__array__", None)):
             module = sys.modules.get(type(value).__module__)
-            if module is None or module.__name__.partition(".")[0] in FRAMEWORKS:
-                # A framework's own object (a Linear, a Variable) may still hold the user's ones.
+            # A framework's own object (a Linear, a Variable) may still hold the user's ones.
+            if module is not None and module.__name__.partition(".")[0] not in FRAMEWORKS:
+                found.setdefault(module.__name__, module)
+            try:
                 stack.extend(vars(value).values())
+            except TypeError:  # a __dict__ that is not a mapping
                 continue
-            found.setdefault(module.__name__, module)
-            stack.extend(vars(value).values())
     return found.values()
