@@ -12,7 +12,7 @@ VENV312 := .venv-3.12
 # Said loudly; under CI (`CI` set) a missing interpreter fails the run.
 missing = { printf '\n*** %s ***\n\n' "$(1)" >&2; [ -z "$$CI" ] || exit 1; }
 
-.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo clean
+.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo review-zoo clean
 
 # What `annotate` itself needs (torch, jax, torchax, ...): all `make demo` installs.
 $(VENV)/.runtime: pyproject.toml
@@ -111,5 +111,18 @@ $(VENV)/.zoo: $(VENV)/.installed
 zoo: $(VENV)/.zoo
 	$(PY) -m benchmarks.zoo
 
+# Published Flax ports (transformers 4.57's GPT-2 and Llama) through annotate review, in a venv of
+# their own: transformers 5 dropped Flax. torch 2.13.0 pinned first (any other pulls GBs of CUDA).
+REVIEW_ZOO := .venv-review-zoo
+$(REVIEW_ZOO)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(REVIEW_ZOO)
+	$(REVIEW_ZOO)/bin/python -m pip install --quiet --upgrade pip
+	$(REVIEW_ZOO)/bin/python -m pip install --quiet torch==2.13.0
+	$(REVIEW_ZOO)/bin/python -m pip install --quiet -e . 'transformers==4.57.*' 'flax>=0.12,<0.13'
+	touch $@
+
+review-zoo: $(REVIEW_ZOO)/.installed
+	$(REVIEW_ZOO)/bin/python -m benchmarks.review_zoo
+
 clean:
-	rm -rf $(VENV) $(VENV312) .venv-frames-* mutants build *.egg-info
+	rm -rf $(VENV) $(VENV312) $(REVIEW_ZOO) .venv-frames-* mutants build *.egg-info

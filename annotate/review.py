@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--params-map", metavar="FILE", help="a Python file defining PARAMS_MAP = {port leaf path: "
         "state_dict name}, e.g. {\"params['embed']\": 'tok_embeddings.weight'} or, for a module port, "
         "{'layers.0.attn.q.kernel': 'layers.0.attention.wqkv.weight[0:64]'}; overrides the guess")
+    add("--port-weights", metavar="NAME", help="the port's own weight loader, NAME(port_model, "
+        "torch_state_dict) in PORT_FILE, returning the loaded port (or filling it in place): the port "
+        "runs on its weights, and each leaf is checked against review's own mapping")
     add("--rtol", type=float, default=1e-5, metavar="X", help="relative tolerance (default 1e-5)")
     add("--atol", type=float, default=1e-6, metavar="X", help="absolute tolerance (default 1e-6)")
     add("--html", metavar="PATH", help="also write a two-column HTML view of both files to PATH")
@@ -91,13 +94,17 @@ def _review(options: argparse.Namespace, status: Status) -> int:
         port = side(port_trace, port_args)
     status.phase("comparing values")
     inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
-    alignment = align(torch, port, inputs, options.rtol, options.atol)
-    outputs_close = _outputs_close(torch, alignment)
+    from jaxside.annotate.review_outputs import compare_outputs, match_outputs, matched, unreturned
+
+    matches = match_outputs(torch, port, mapping.module_port)
+    alignment = align(torch, port, inputs, options.rtol, options.atol, unreturned(matches))
+    leaves = compare_outputs(torch, port, alignment, options.rtol, options.atol, matches)
+    outputs_close = matched(leaves)
     from jaxside.annotate.review_html import html_page
     from jaxside.annotate.review_report import text
 
     status.close()  # the report follows on stdout, the live line cleared first
-    to_stdout(text(options, torch, port, alignment, mapping, outputs_close))
+    to_stdout(text(options, torch, port, alignment, mapping, leaves))
     if options.html:
         write(html_page(options, torch, port, alignment), options.html, options, "--html")
     return EXIT_OK if outputs_close else EXIT_MISMATCH
@@ -154,6 +161,7 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
         what = f"no {name}" if options.port_entry else "no forward (a function) or build (returning a module)"
         raise Failure(f"defines {what}", "name the port's function, module or factory with --port-entry",
                       file=options.port)
+    built = entry
     try:
         port = module_port(entry, data)
         if port is None and _is_factory(entry):
@@ -170,11 +178,53 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
     if port is None and inspect.isclass(entry):
         raise Failure(f"{name} is a class that needs arguments", f"name a function that returns a {name}",
                       file=options.port)
+    from jaxside.annotate.review_files import port_files
+
+    files = port_files(module, built)
+    made = None
+    if options.port_weights:
+        port, made = _load_weights(options, module, port, built, state, data, files)
     if port is not None:
         from jaxside.annotate.review_modules import trace_module
 
-        return trace_module(options, port, state, data)
-    return _function_side(options, entry, name, state, data)
+        return trace_module(options, port, state, data, files, made)
+    return _function_side(options, entry, name, state, data, files)
+
+
+def _load_weights(options: argparse.Namespace, module: Any, port: Any, built: Any, state: dict[str, Any],
+                  data: tuple, files: list[str]) -> tuple[Any, Any]:
+    """The port as its own loader fills it (`--port-weights`), and where the loader made each array."""
+    from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.review_frameworks import module_port
+    from jaxside.annotate.review_loader import run_loader
+
+    name = options.port_weights
+    loader = getattr(module, name, None)
+    if not callable(loader):
+        raise Failure(f"defines no function {name}", "name the port's loader, called as "
+                      f"{name}(port_model, torch_state_dict), with --port-weights", file=options.port)
+    if port is None:
+        raise Failure("--port-weights needs a Flax NNX, Flax Linen or Equinox module port",
+                      "a plain function port takes its weights as arguments", file=options.port)
+    try:
+        loaded, made, alive = run_loader(loader, built, state, data, files, list(port.own.values()))
+        ported = module_port(loaded, data)
+    except Exception as error:
+        raise UserCodeRaised(f"loading the torch weights with {name}", error) from error
+    if ported is None:
+        raise Failure(f"{name} returned {type(loaded).__name__}, not the port model",
+                      "return the loaded model, or None after filling it in place", file=options.port)
+    built_shapes = {leaf.path: leaf.shape for leaf in port.leaves}
+    for leaf in ported.leaves:
+        shape = built_shapes.get(leaf.path)
+        if shape is not None and shape != leaf.shape:
+            where = made.get(id(ported.own[leaf.path]))
+            raise Failure(f"{name} gave {leaf.path} the shape {list(leaf.shape)}, where the port was built "
+                          f"with {list(shape)}", "fix the loader (a kernel is (in, out): torch's weight.T)",
+                          file=where[0] if where else options.port, line=where[1] if where else None)
+    # The dtypes the port declares are its own, before the loader: a loader that casts is named.
+    return ported, (made, alive, {leaf.path: leaf.dtype for leaf in port.leaves},
+                    {id(value) for value in port.own.values()})
 
 
 def _load_port(path: str) -> Any:
@@ -216,7 +266,7 @@ def _is_factory(entry: Any) -> bool:
 
 
 def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[str, Any],
-                   data: tuple) -> tuple[Any, list, Any]:
+                   data: tuple, files: list[str]) -> tuple[Any, list, Any]:
     """A port written as a function over dicts and lists of arrays: its weights found by probing."""
     import jax
 
@@ -248,7 +298,7 @@ def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[
                       "map it in a --params-map file", file=options.port)
     args = [probe.build(lambda path: state[mapping.pairs[path]]) for probe in probes] + list(data)
     try:
-        trace = Capture(watch=[str(Path(options.port).resolve())])(fn, *args)
+        trace = Capture(watch=files)(fn, *args)
     except Exception as error:
         raise UserCodeRaised(f"tracing {name}", error) from error
     values = jax.tree_util.tree_leaves(args)
@@ -281,9 +331,3 @@ def _input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> di
         if item.kind != "arg" and item.name in mapped and mapped[item.name] in port_by_name:
             result[item.var] = port_by_name[mapped[item.name]]
     return result
-
-
-def _outputs_close(torch: Any, alignment: Any) -> bool:
-    outs = set(torch.trace.jaxpr.jaxpr.outvars)
-    return all(pair.close for pair in alignment.pairs if pair.torch_var in outs)
-

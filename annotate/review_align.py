@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,50 +105,144 @@ def _ancestors(jaxpr: Any) -> dict[Any, frozenset[Any]]:
     return seen
 
 
+def _fill(a: np.ndarray) -> float:
+    """How large a value is a mask's fill rather than a number: 1e9, or half a narrow float's range."""
+    return min(1e9, float(np.finfo(a.dtype).max) / 2) if a.dtype.kind == "f" else np.inf
+
+
+def _both_fill(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elements both sides fill alike: the same infinity, or huge values of one sign (torch's
+    `finfo.min` where the port writes `-inf`, or `-1e10`): what a mask fills agrees whatever the value."""
+    limit = min(_fill(a), _fill(b))
+    with np.errstate(invalid="ignore"):
+        return (np.abs(a) >= limit) & (np.abs(b) >= limit) & (np.sign(a) == np.sign(b))
+
+
 def close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
-    """Equal within tolerance, element by element in row-major order (a reshape is the same value)."""
-    return a.size == b.size and bool(np.allclose(a.reshape(-1), b.reshape(-1), rtol=rtol, atol=atol,
-                                                 equal_nan=True))
+    """Equal within tolerance, element by element in row-major order (a reshape is the same value);
+    mask fills that agree (`_both_fill`) count as equal."""
+    if a.size != b.size:
+        return False
+    a, b = a.reshape(-1), b.reshape(-1)
+    fills = _both_fill(a, b)
+    if fills.any():
+        a, b = a[~fills], b[~fills]
+    return bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def error(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.reshape(-1), b.reshape(-1)
     with np.errstate(invalid="ignore"):
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
-    diff = np.where(both_inf, 0.0, diff)
-    return float(np.nanmax(diff)) if diff.size else 0.0
+    diff = np.where(_both_fill(a, b), 0.0, diff)
+    return float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0
 
 
-def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float) -> Alignment:
+def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float,
+          uncompared: set[Any] = frozenset()) -> Alignment:
     """Pair each torch checkpoint with a port value: first one equal within tolerance (same size and
-    dtype, compared in row-major order); failing that, the first unpaired port value of that shape
-    computed from the port
-    partners of the torch value's nearest paired ancestors: that one is where the numbers part."""
+    dtype, compared in row-major order or with the port's axes reordered); failing that, the first
+    unpaired port value of that shape (axes in any order) computed from the port partners of the
+    torch value's nearest paired ancestors: that one is where the numbers part. `uncompared`:
+    torch results the port does not return (a difference that agrees again before them is none).
+    """
     partner: dict[Any, Any] = dict(inputs)
     used: set[Any] = set(inputs.values())
     port_order = {v: i for i, v in enumerate(port.checkpoints)}
-    pairs: list[Pair] = []
+    found: dict[Any, Pair] = {}
+    # Equal values first, all of them: a port value equal to a later torch value (a library call
+    # such as `nnx.dot_product_attention` computing several torch lines at once) is that value's
+    # partner, never the counterpart of the torch lines inside the call.
     for var in torch.checkpoints:
         value = torch.values[var]
-        same = [p for p in port.checkpoints if _same_type(port.values[p], value)]
-        equal = [p for p in same if close(value, port.values[p], rtol, atol)]
+        equal = [p for p in port.checkpoints if _same_type(port.values[p], value)
+                 and _equal(value, port.values[p], rtol, atol)]
         if equal:
             fresh = [p for p in equal if p not in used] or equal
             chosen = min(fresh, key=port_order.__getitem__)
             partner[var] = chosen
             used.add(chosen)
-            pairs.append(Pair(var, chosen, error(value, port.values[chosen]), True))
+            found[var] = Pair(var, chosen, _distance(value, port.values[chosen]), True)
+    # Values that agree well inside the tolerance: a difference that agrees again only at its edge
+    # (a misplaced epsilon, below the tolerance at first) is still carried on, not healed.
+    agreed = [(var, pair.port_var) for var, pair in found.items()
+              if pair.error is not None and pair.error <= (atol + rtol * _scale(torch.values[var])) / 10]
+    agreed_vars = {var for var, _ in agreed}
+    differing = {v for v in torch.trace.jaxpr.jaxpr.outvars
+                 if v in torch.values and v not in found and v not in uncompared}
+    consumers: dict[Any, list[int]] = {}
+    for i, eqn in enumerate(torch.trace.jaxpr.jaxpr.eqns):
+        for read in eqn.invars:
+            if not hasattr(read, "val"):
+                consumers.setdefault(read, []).append(i)
+    for var in torch.checkpoints:
+        if var in found:
             continue
+        value = torch.values[var]
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
-        below = [p for p in same if p not in used and anchors and anchors <= port.ancestors[p]
-                 and port.values[p].shape == value.shape]
+        # Of that shape, or of its axes in another order (a port keeping queries as (batch, seq,
+        # heads, head_dim) where torch has (batch, heads, seq, head_dim)).
+        below = [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
+                 and _same_type(port.values[p], value) and _orders(port.values[p].shape, value.shape)]
         counterpart = min(below, key=port_order.__getitem__) if below else None
-        err = error(value, port.values[counterpart]) if counterpart is not None else None
-        pairs.append(Pair(var, counterpart, err, False))
+        # A counterpart both of whose sides flow into values that agree again, while no torch
+        # result that differs comes of it but through those, is another quantity (torch's
+        # `rsqrt(var + eps)` where the port divides by `sqrt(var + eps)`; the port's attention
+        # weights where torch's fused attention has none), not a divergence: left uncompared.
+        if counterpart is not None and any(var in torch.ancestors[t] and counterpart in port.ancestors[q]
+                                           for t, q in agreed) and not _reaches(
+                var, differing, agreed_vars, torch.trace.jaxpr.jaxpr.eqns, consumers):
+            counterpart = None
+        err = _distance(value, port.values[counterpart]) if counterpart is not None else None
+        found[var] = Pair(var, counterpart, err, False)
+    pairs = [found[var] for var in torch.checkpoints]
     first = next((p for p in pairs if p.port_var is not None and not p.close), None)
     unmatched = [p for p in port.checkpoints if p not in used]
     return Alignment(pairs, first, unmatched)
+
+
+def _reaches(start: Any, targets: set[Any], through: set[Any], eqns: Any,
+             consumers: dict[Any, list[int]]) -> bool:
+    """Whether a value computed from `start` without passing a value of `through` is in `targets`."""
+    stack, seen = [start], {start}
+    while stack:
+        for index in consumers.get(stack.pop(), ()):
+            for out in eqns[index].outvars:
+                if out in targets:
+                    return True
+                if out not in seen and out not in through:
+                    seen.add(out)
+                    stack.append(out)
+    return False
+
+
+def _equal(value: np.ndarray, theirs: np.ndarray, rtol: float, atol: float) -> bool:
+    """Equal in row-major order, or with the port's axes in torch's order."""
+    if close(value, theirs, rtol, atol):
+        return True
+    return theirs.shape != value.shape and any(
+        close(value, np.transpose(theirs, axes), rtol, atol) for axes in _orders(theirs.shape, value.shape))
+
+
+def _scale(value: np.ndarray) -> float:
+    finite = np.abs(value[np.isfinite(value)]) if value.dtype.kind in "fc" else np.abs(value)
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _distance(value: np.ndarray, theirs: np.ndarray) -> float:
+    """The max error in row-major order or, the port's axes in torch's order, the least of those."""
+    found = [error(value, np.transpose(theirs, axes)) for axes in _orders(theirs.shape, value.shape)]
+    return min([error(value, theirs), *found])
+
+
+def _orders(shape: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The orders of `shape`'s axes that make it `target` (the identity first), up to 5 axes."""
+    if shape == target:
+        return [tuple(range(len(shape)))]
+    if len(shape) != len(target) or len(shape) > 5 or sorted(shape) != sorted(target):
+        return []
+    return [order for order in itertools.permutations(range(len(shape)))
+            if all(shape[axis] == size for axis, size in zip(order, target))]
 
 
 def _same_type(a: np.ndarray, b: np.ndarray) -> bool:

@@ -50,6 +50,10 @@ class Mapping:
     """Name of a port trace input -> the torch tensor it was given (or made from)."""
     note: str = ""
     """What the report adds about how the weights were mapped."""
+    module_port: bool = False
+    """The port is a module, traced as `(output, new state)`."""
+    checked: list[str] = field(default_factory=list)
+    """With `--port-weights`: the report's lines on the loader's leaves against the mapping."""
 
 
 def tokens(path: str) -> list[str]:

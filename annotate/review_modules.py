@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from jaxside.annotate.errors import Failure
@@ -29,7 +28,10 @@ class _Run:
 
 
 def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str, Any],
-                 data: tuple) -> tuple[Any, list, Mapping]:
+                 data: tuple, files: list[str], loaded: Any = None) -> tuple[Any, list, Mapping]:
+    """The port traced on torch's weights as fitted to its leaves; `files` are the port's files.
+    With `loaded` (`--port-weights`: where the loader made each array), the port runs on the
+    weights its loader gave it, each checked against the fit."""
     import jax
 
     from jaxside.annotate.errors import UserCodeRaised
@@ -38,19 +40,31 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
     shapes = {name: tuple(value.shape) for name, value in state.items()}
     given = _given(options.params_map, port.leaves, shapes) if options.params_map else {}
     result = fit(port.leaves, shapes, given)
-    if result.unmapped:
+    if result.unmapped and loaded is None:
         shown = ", ".join(result.unmapped[:3]) + (", ..." if len(result.unmapped) > 3 else "")
         raise Failure(f"no torch weight fits the {port.framework} weights {shown}",
                       "map them in a --params-map file", file=options.port)
     weights = {name: state[name] for name in sorted({n for r in result.recipes.values() for n in r.sources})}
+    recipes: dict[str, Any] = dict(result.recipes)
+    checked: list[str] = []
+    if loaded is not None:
+        from jaxside.annotate.review_loader import Loaded, check, lines
+
+        dtypes = {leaf.path: loaded[2].get(leaf.path, leaf.dtype) for leaf in port.leaves}
+        checked = lines(check(port.own, result.recipes, state, dtypes, loaded[0], loaded[3]),
+                        options.port_weights)
+        recipes = {leaf.path: Loaded(port.own[leaf.path]) for leaf in port.leaves}
+        weights = {}
     try:
-        trace = Capture(watch=[str(Path(options.port).resolve())])(_Run(port, result.recipes), weights, *data)
+        trace = Capture(watch=files)(_Run(port, recipes), weights, *data)
     except Exception as error:
         raise UserCodeRaised(f"tracing {port.name}", error) from error
     mapping = Mapping(pairs={leaf.path: result.recipes[leaf.path].describe() for leaf in port.leaves
                              if leaf.path in result.recipes},
                       unused_torch=result.unused, inputs={f"state[{name!r}]": name for name in weights},
-                      note=_note(port, result.recipes))
+                      note=_note(port, result.recipes), module_port=True, checked=checked)
+    if loaded is not None:
+        mapping.note += f"; the port runs on the weights {options.port_weights} gave it instead"
     return trace, jax.tree_util.tree_leaves([weights, *data]), mapping
 
 

@@ -14,30 +14,72 @@ def site_of(side: Any, var: Any) -> Any:
     return side.trace.eqn_sites[index] if index is not None else None
 
 
-def _where(site: Any) -> str:
+Line = tuple[str, int]
+"""A source line: (file, line number)."""
+
+
+def labels(files: list[str]) -> dict[str, str]:
+    """How to show each file: its name, or as much of its path as tells it from the others."""
+    parts = {f: Path(f).parts for f in files}
+    shown = {}
+    for file, path in parts.items():
+        depth = 1
+        while depth < len(path) and any(other != file and o[-depth:] == path[-depth:]
+                                         for other, o in parts.items()):
+            depth += 1
+        shown[file] = "/".join(path[-depth:])
+    return shown
+
+
+def _where(site: Any, label: dict[str, str]) -> str:
     if site is None:
         return "?"
     text = " ".join((site.text or "").split())
-    return f"{Path(site.file).name}:{site.line} `{text[:70]}`"
+    return f"{label.get(site.file, Path(site.file).name)}:{site.line} `{text[:70]}`"
 
 
-def rows(torch: Any, port: Any, alignment: Any) -> dict[int, tuple[set[int], float | None, bool, bool]]:
+def rows(torch: Any, port: Any, alignment: Any) -> dict[Line, tuple[set[Line], float | None, bool, bool]]:
     """Torch line -> (port lines, max error, all close, has a counterpart)."""
-    table: dict[int, tuple[set[int], float | None, bool, bool]] = {}
+    table: dict[Line, tuple[set[Line], float | None, bool, bool]] = {}
     for pair in alignment.pairs:
         site = site_of(torch, pair.torch_var)
         if site is None:
             continue
-        lines, err, ok, seen = table.get(site.line, (set(), None, True, False))
+        key = (site.file, site.line)
+        lines, err, ok, seen = table.get(key, (set(), None, True, False))
         if pair.port_var is not None:
             port_site = site_of(port, pair.port_var)
             if port_site is not None:
-                lines.add(port_site.line)
+                lines.add((port_site.file, port_site.line))
             err = max(err or 0.0, pair.error or 0.0)
             seen = True
             ok = ok and pair.close
-        table[site.line] = (lines, err, ok, seen)
-    return dict(sorted(table.items()))
+        table[key] = (lines, err, ok, seen)
+    return dict(sorted(table.items(), key=lambda item: _order(torch, item[0])))
+
+
+def _order(side: Any, line: Line) -> tuple[int, str, int]:
+    """Files in the order the program reached them, lines in order within each."""
+    files = side_files(side)
+    return (files.index(line[0]) if line[0] in files else len(files), line[0], line[1])
+
+
+def side_files(side: Any, main: str | None = None) -> list[str]:
+    """The files a side's values come from: `main` (the file named on the command line) first,
+    then the others in the order the program reached them."""
+    found = {str(Path(main).resolve()): None} if main else {}
+    for site in side.trace.eqn_sites:
+        if site is not None:
+            found.setdefault(site.file, None)
+    return list(found)
+
+
+def grouped(lines: set[Line] | list[Line], label: dict[str, str], sep: str = ",") -> str:
+    """`layers.py:12,13 model.py:4`: line numbers after their file's name, files in first-seen order."""
+    by_file: dict[str, list[int]] = {}
+    for file, line in sorted(lines, key=lambda x: (x[0], x[1])):
+        by_file.setdefault(file, []).append(line)
+    return " ".join(f"{label.get(f, Path(f).name)}:{sep.join(map(str, ns))}" for f, ns in by_file.items())
 
 
 def _numbers(value: np.ndarray) -> str:
@@ -46,30 +88,40 @@ def _numbers(value: np.ndarray) -> str:
 
 
 def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
-         outputs_close: bool) -> str:
+         leaves: list[Any]) -> str:
+    from jaxside.annotate.review_outputs import lines as output_lines
+    from jaxside.annotate.review_outputs import matched
+
+    outputs_close = matched(leaves)
     out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
                f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
                if mapping.unused_torch else ""),
-           "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
-    torch_name, port_name = Path(options.file).name, Path(options.port).name
-    for line, (lines, err, ok, seen) in rows(torch, port, alignment).items():
-        where = f"{port_name}:{','.join(str(n) for n in sorted(lines))}" if lines else "-"
+           *mapping.checked, "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
+    torch_label = labels(side_files(torch, options.file))
+    port_label = labels(side_files(port, options.port))
+    for (file, line), (lines, err, ok, seen) in rows(torch, port, alignment).items():
+        where = grouped(lines, port_label) if lines else "-"
         shown = f"{err:.3g}" if err is not None else "unmatched"
         mark = "" if not seen else ("  ok" if ok else "  DIFFERS")
-        out.append(f"{torch_name + ':' + str(line):<24}{where:<32}{shown:>10}{mark}")
+        name = f"{torch_label.get(file, Path(file).name)}:{line}"
+        out.append(f"{name:<24}{where:<32}{shown:>10}{mark}".replace(f"{name}{where}", f"{name} {where}"))
     out.append("")
     first = alignment.first
     if first is not None:
         t, p = torch.values[first.torch_var], port.values[first.port_var]
         out += ["first divergence:",
-                f"  torch {_where(site_of(torch, first.torch_var))}  {t.dtype}{list(t.shape)}  {_numbers(t)}",
-                f"  port  {_where(site_of(port, first.port_var))}  {p.dtype}{list(p.shape)}  {_numbers(p)}",
+                f"  torch {_where(site_of(torch, first.torch_var), torch_label)}  {t.dtype}{list(t.shape)}  "
+                f"{_numbers(t)}",
+                f"  port  {_where(site_of(port, first.port_var), port_label)}  {p.dtype}{list(p.shape)}  "
+                f"{_numbers(p)}",
                 f"  max error {first.error:.3g}", ""]
-    lost = sorted({site_of(port, v).line for v in alignment.unmatched_port if site_of(port, v) is not None})
+    lost = {(site.file, site.line) for site in (site_of(port, v) for v in alignment.unmatched_port)
+            if site is not None}
     if lost:
-        out.append(f"port lines with values torch never computed: {', '.join(map(str, lost))}")
+        out.append(f"port lines with values torch never computed: {grouped(lost, port_label, ', ')}")
+    out += output_lines(leaves)
     if not outputs_close:
         out += ["weights as mapped (port <- torch; --params-map overrides):"]
         out += [f"  {port} <- {source}" for port, source in mapping.pairs.items()]

@@ -19,9 +19,15 @@ def _line(path: Path, text: str) -> int:
 
 
 def test_rows_follow_the_port_with_each_torch_line_once():
-    # torch 10 paired with port 3 and 5; torch 12 with port 4; torch 11 had no port value.
-    table = {10: ({3, 5}, 0.0, True, True), 11: (set(), None, True, False), 12: ({4}, 2.0, False, True)}
-    assert _aligned(table, 6) == [(1, []), (2, []), (3, [10]), (None, [11]), (4, [12]), (5, []), (6, [])]
+    # torch 10 paired with port 3 and 5; torch 12 with port 4 and another file's line 1; torch 11 had
+    # no port value; lines are (file, number), the port's files in the order given.
+    t, p, q = "model.py", "port.py", "layers.py"
+    table = {(t, 10): ({(p, 3), (p, 5)}, 0.0, True, True), (t, 11): (set(), None, True, False),
+             (t, 12): ({(p, 4), (q, 1)}, 2.0, False, True)}
+    port_lines = [(p, n) for n in range(1, 7)] + [(q, 1)]
+    assert _aligned(table, port_lines) == [
+        ((p, 1), []), ((p, 2), []), ((p, 3), [(t, 10)]), (None, [(t, 11)]), ((p, 4), [(t, 12)]),
+        ((p, 5), []), ((p, 6), []), ((q, 1), [])]
 
 
 @needs_browser()

@@ -10,7 +10,7 @@ backward pass of a gradient is told apart from the forward pass (`tracing._gradi
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
@@ -123,23 +123,60 @@ class JaxSession:
     def _flatten_output(self, out: Any) -> tuple[list[str], list[Any], Any, dict[int, Any]]:
         """The return value's traced leaves by path, its torch pytree spec and its constant leaves.
 
-        torch's pytree keeps the structure the renderers rebuild (dicts, lists, tuples); a JAX
-        pytree it cannot see into (a registered class) is returned as the tuple of its leaves.
+        torch's pytree keeps the structure the renderers rebuild (dicts, lists, tuples); a pytree
+        it cannot see into or name the leaves of (a class only JAX knows, a flax struct dataclass,
+        a type registered with torch without keys such as Hugging Face's `ModelOutput`) is
+        returned as the tuple of its leaves, each named by its path through either registry.
         """
-        leaves, spec = torch_pytree.tree_flatten_with_path(out)
-        if any(_hides_array(leaf) for _, leaf in leaves):
-            flat = jax.tree_util.tree_leaves(out)
-            leaves, spec = torch_pytree.tree_flatten_with_path(tuple(flat))
+        try:
+            found, spec = torch_pytree.tree_flatten_with_path(out)
+            leaves = [(torch_pytree.keystr(path), leaf) for path, leaf in found]
+            plain = not any(_hides_array(leaf) for _, leaf in leaves)
+        except (ValueError, TypeError, NotImplementedError):  # a type registered without keys
+            plain = False  # (Hugging Face registers its ModelOutput so)
+        if not plain:
+            leaves = list(_leaves(out, ""))
+            spec = torch_pytree.tree_flatten(tuple(leaf for _, leaf in leaves))[1]
         paths, values, static = [], [], {}
         for i, (path, leaf) in enumerate(leaves):
             if isinstance(leaf, (jax.Array, np.ndarray)) or _internals.var_of(leaf) is not None:
-                paths.append(torch_pytree.keystr(path))
+                paths.append(path)
                 values.append(leaf)
             elif isinstance(leaf, jax.core.Tracer):
                 raise OutputError(f"{self.entry.name} returned a {type(leaf).__name__} of another trace")
             else:
                 static[i] = leaf
         return paths, values, spec, static
+
+
+def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """(path, leaf) through every pytree torch or JAX knows: torch's nodes (dicts, tuples, named
+    tuples, types registered with or without keys), then JAX's (flax struct dataclasses, Equinox
+    modules); `['logits']`, `[0].cache`."""
+    children = _children(value)
+    if children is None:
+        yield path, value
+        return
+    for key, child in children:
+        yield from _leaves(child, path + key)
+
+
+def _children(value: Any) -> list[tuple[str, Any]] | None:
+    """One level of a pytree node as (key, child), or None for a leaf."""
+    if value is None or isinstance(value, (jax.Array, np.ndarray, jax.core.Tracer)):
+        return None
+    children, spec = torch_pytree.tree_flatten(value, is_leaf=lambda x: x is not value)
+    if not spec.is_leaf():
+        context = spec.context
+        keyed = isinstance(context, (list, tuple)) and len(context) == len(children)
+        fields = getattr(context, "_fields", None) if isinstance(context, type) else None
+        keys = ([f"[{k!r}]" for k in context] if keyed else [f".{f}" for f in fields] if fields
+                else [f"[{i}]" for i in range(len(children))])
+        return list(zip(keys, children))
+    found = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)[0]
+    if len(found) == 1 and found[0][1] is value:
+        return None
+    return [(jax.tree_util.keystr(key), child) for key, child in found]
 
 
 def _hides_array(leaf: Any) -> bool:

@@ -1,0 +1,1 @@
+"""An Equinox port of tiny_decoder.py split over modules: norm, attention, model."""
