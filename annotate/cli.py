@@ -159,7 +159,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     elif options.json:
         from jaxside.render.json import to_json
 
-        emit(to_json(trace), options)
+        emit(to_json(trace), options, form="json")
     elif not options.html or options.output:
         from jaxside.render.comments import annotate_file
 
@@ -167,7 +167,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     if options.html:
         from jaxside.render.html import side_by_side
 
-        write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html")
+        write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html", form="html")
     return code
 
 

@@ -99,6 +99,12 @@ def describe(error: BaseException, context: Context) -> Failure:
 
     if isinstance(error, CaptureError):
         return _capture_error(error, context)
+    from jaxside.render.text import CommentsChangeCode
+
+    if isinstance(error, CommentsChangeCode):
+        return Failure(f"JAX comments here: {error.detail}, so nothing was written",
+                       "use --export or --html for this file (and report it: a jaxside bug)",
+                       file=error.file, line=error.line, code=EXIT_USER_CODE)
     return _internal(error, context)
 
 

@@ -1,10 +1,9 @@
 """Where results go: ``-o`` or stdout, written whole and only when changed, never over FILE or
-over a file annotate did not write (unless ``--force``)."""
+over a file annotate did not write (unless ``--force``). Files carry annotate's seal (seal.py)."""
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import os
 import stat
@@ -14,12 +13,13 @@ from pathlib import Path
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.errors import Failure
+from jaxside.annotate.seal import is_sealed, seal
 
 
-def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8") -> None:
+def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8", form: str = "python") -> None:
     """Write the result to ``-o`` (only if it changed) or to stdout, encoded in `encoding`."""
     if options.output and options.output != "-":
-        write(text, options.output, options, "-o", encoding=encoding)
+        write(text, options.output, options, "-o", encoding=encoding, form=form)
     else:
         to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
 
@@ -49,14 +49,18 @@ def _say(options: argparse.Namespace, text: str) -> None:
         print(f"annotate: {text}", file=sys.stderr)
 
 
-def write(text: str, path: str, options: argparse.Namespace, flag: str, *, encoding: str = "utf-8") -> None:
-    """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it)."""
+def write(
+    text: str, path: str, options: argparse.Namespace, flag: str, *,
+    encoding: str = "utf-8", form: str = "python",
+) -> None:
+    """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it),
+    sealed as `form` (``python``, ``html`` or ``json``); stdout gets the text alone."""
     interrupts.check()
     if path == "-":
         to_stdout(text, encoding)
         return
     check_target(path, options, flag)
-    data = _encode(text, encoding)
+    data = seal(_encode(text, encoding), form)
     target = Path(path).resolve()
     try:
         if target.is_file() and target.read_bytes() == data:
@@ -130,22 +134,16 @@ def check_target(path: str, options: argparse.Namespace, flag: str) -> None:
     except OSError as error:
         raise Failure(f"cannot write there ({_lower(error.strerror)})",
                       f"choose another {flag} in a directory you can write to", file=path) from None
-    if resolved.is_file() and not options.force and not _written_by_annotate(resolved, source):
-        raise Failure("exists, and annotate did not write it",
+    if resolved.is_file() and not options.force and not _written_by_annotate(resolved):
+        raise Failure("exists without annotate's seal (annotate did not write it, or it was edited since)",
                       f"pass --force to replace it, or choose another {flag}", file=path)
 
 
-def _written_by_annotate(target: Path, source: Path) -> bool:
-    """Whether replacing `target` loses nothing annotate did not write: it is empty, names jaxside
-    near its top (an exported module), holds ``jax:`` notes (annotated copies, HTML views), or
-    is FILE's code with other comments."""
+def _written_by_annotate(target: Path) -> bool:
+    """Whether replacing `target` loses nothing: it is empty, or carries annotate's seal unbroken
+    (seal.py; files of annotate before the seal have none, and need --force once)."""
     try:
         data = target.read_bytes()
     except OSError:
         return False
-    if not data.strip() or b"jaxside" in data[:2000] or b"# jax: " in data or b"jax: def " in data:
-        return True
-    try:
-        return ast.dump(ast.parse(source.read_bytes())) == ast.dump(ast.parse(data))
-    except (OSError, SyntaxError, ValueError):
-        return False
+    return not data.strip() or is_sealed(data)

@@ -99,7 +99,7 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(text(options, torch, port, alignment, mapping, outputs_close))
     if options.html:
-        write(html_page(options, torch, port, alignment), options.html, options, "--html")
+        write(html_page(options, torch, port, alignment), options.html, options, "--html", form="html")
     return EXIT_OK if outputs_close else EXIT_MISMATCH
 
 

@@ -66,6 +66,15 @@ class UnsafeSourceError(Exception):
     """The writer produced source that does not compile: a jaxside bug, never written out."""
 
 
+class CommentsChangeCode(Exception):
+    """Comments placed in a file would change its code (a jaxside bug, never written out): the
+    file and the first line that differs, for a one-line error."""
+
+    def __init__(self, file: str, line: int, detail: str) -> None:
+        super().__init__(f"{file}:{line}: {detail}")
+        self.file, self.line, self.detail = file, line, detail
+
+
 def check_compiles(source: str, what: str) -> None:
     """Refuse `source` (the text of `what`) unless it compiles as a module."""
     try:
