@@ -78,7 +78,10 @@ class Context:
         """A path as the user would write it: FILE as given, others relative to the working directory."""
         if path.startswith("<"):
             return path
-        resolved = Path(path).resolve()
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError):  # a symbolic link loop: the path as given
+            return path
         if str(resolved) in self.copies:
             return self.copies[str(resolved)]
         if resolved == Path(self.file).resolve():

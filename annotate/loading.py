@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import importlib.machinery
 import importlib.util
@@ -105,9 +106,21 @@ def source_encoding(path: str | Path) -> str:
         return tokenize.detect_encoding(stream.readline)[0]
 
 
+def is_link_loop(path: Path) -> bool:
+    """Whether `path` is a symbolic link that never reaches a file (``a -> b -> a``)."""
+    try:
+        path.resolve(strict=True)
+    except (RuntimeError, OSError) as error:  # RuntimeError up to 3.12, OSError ELOOP after
+        return isinstance(error, RuntimeError) or getattr(error, "errno", None) == errno.ELOOP
+    return False
+
+
 def check_source(path: str) -> Path:
     """FILE resolved, once it is known to be a Python source file that parses."""
     file = Path(path)
+    if is_link_loop(file):
+        raise Failure("is a symbolic link loop (it leads back to itself)", "give the path of the file itself",
+                      file=path)
     if not file.exists():
         raise Failure("no such file", "give the path of the torch .py file to annotate", file=path)
     if file.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import stat
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.errors import Failure
+from jaxside.annotate.loading import is_link_loop
 from jaxside.annotate.seal import is_sealed, seal
 
 
@@ -32,13 +34,30 @@ def _encode(text: str, encoding: str) -> bytes:
 def to_stdout(text: str, encoding: str = "utf-8") -> None:
     """Bytes on stdout, the same `-o` would write, whatever encoding the terminal or locale has."""
     interrupts.check()
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # a text-only stream put in place of stdout
-        sys.stdout.write(text)
-    else:
-        buffer.write(_encode(text, encoding))
-        buffer.flush()
+    try:
+        sys.stdout.flush()
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:  # a text-only stream put in place of stdout
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            buffer.write(_encode(text, encoding))
+            buffer.flush()
+    except OSError as error:  # a full disk (`> /dev/full`), a closed pipe
+        _drop_stdout()
+        raise Failure(f"cannot write it ({error.strerror or error})",
+                      "free space on its device, or write to a file with -o PATH", file="<stdout>") from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so what failed to be written is not tried again at exit
+    (Python's own flush would print a second error)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _say(options: argparse.Namespace, text: str) -> None:
@@ -108,6 +127,9 @@ def check_target(path: str, options: argparse.Namespace, flag: str) -> None:
     annotate did not write, unless --force."""
     target = Path(path)
     source = Path(options.file)
+    if is_link_loop(target):
+        raise Failure(f"{flag} names a symbolic link loop (it leads back to itself)",
+                      f"remove the link, or choose another {flag}", file=path)
     if target.resolve() == source.resolve() or (
         target.exists() and source.exists() and os.path.samefile(target, source)
     ):

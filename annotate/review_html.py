@@ -17,6 +17,7 @@ from typing import Any
 from jaxside.annotate.review_report import rows, site_of
 from jaxside.render.html import folds, highlight
 from jaxside.render.html.page import document
+from jaxside.render.source import python_lines
 
 LEGEND = [
     ("paired, equal", "var(--ok)", "the port computed these values within --rtol/--atol"),
@@ -103,7 +104,7 @@ def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any
 
 def _folded(body_rows: list[tuple[int | None, str]], source: str) -> str:
     """The rows in tbody groups, long runs of port lines paired with nothing folded."""
-    lines = source.splitlines()
+    lines = python_lines(source)
     index = {p: i for i, (p, _) in enumerate(body_rows) if p is not None}
     plain = {p for p, row in body_rows if p is not None and "class='r '" in row}
     outline = folds.outline(ast.parse(source))

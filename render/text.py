@@ -15,6 +15,8 @@ import io
 import tokenize
 import unicodedata
 
+from jaxside.render.source import python_lines
+
 _QUOTES = '"""'
 
 
@@ -89,7 +91,7 @@ def double_quotes(text: str) -> str:
     """`params["wqkv"]` rather than `params['wqkv']`: single-quoted strings get double quotes
     when that needs no more escapes (ruff's and black's rule)."""
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    lines = text.splitlines(keepends=True)
+    lines = python_lines(text, keepends=True)  # the rows tokenize counts
     edits = []
     for token in tokens:
         if (
