@@ -247,7 +247,8 @@ def _capture_error(error: Any, context: Context) -> Failure:
     if isinstance(error, OutputError):
         return Failure(
             str(error),
-            "return tensors in tuples, lists, dicts or dataclasses, or register the type with "
+            getattr(error, "fix", None)
+            or "return tensors in tuples, lists, dicts or dataclasses, or register the type with "
             "torch.utils._pytree.register_pytree_node",
             code=EXIT_USER_CODE, **where,
         )

@@ -111,12 +111,18 @@ def close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
 
 
 def error(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.reshape(-1), b.reshape(-1)
+    """The largest difference; NaN where one side has NaN and the other not (no distance says
+    how far that is), none for NaN on both sides or one infinity on both."""
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    if not a.size:
+        return 0.0
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if np.any(nan_a != nan_b):
+        return float("nan")
     with np.errstate(invalid="ignore"):
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    both_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
-    diff = np.where(both_inf, 0.0, diff)
-    return float(np.nanmax(diff)) if diff.size else 0.0
+        diff = np.abs(a - b)
+    same = (nan_a & nan_b) | (np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b)))
+    return float(np.where(same, 0.0, diff).max())
 
 
 def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float) -> Alignment:

@@ -33,11 +33,17 @@ def rows(torch: Any, port: Any, alignment: Any) -> dict[int, tuple[set[int], flo
             port_site = site_of(port, pair.port_var)
             if port_site is not None:
                 lines.add(port_site.line)
-            err = max(err or 0.0, pair.error or 0.0)
+            err = _worst(err, pair.error)
             seen = True
             ok = ok and pair.close
         table[site.line] = (lines, err, ok, seen)
     return dict(sorted(table.items()))
+
+
+def _worst(*errors: float | None) -> float:
+    """The largest error; NaN (one side NaN, the other not) above every number."""
+    found = [e for e in errors if e is not None] or [0.0]
+    return float("nan") if any(e != e for e in found) else max(found)
 
 
 def _numbers(value: np.ndarray) -> str:

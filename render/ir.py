@@ -177,7 +177,8 @@ class Function:
         if self.doc:
             body.append(ast.Expr(ast.Constant(self.doc)))
         body += blocks(self.body)
-        if self.returns is not None:
+        returns_none = isinstance(self.returns, ast.Constant) and self.returns.value is None
+        if self.returns is not None and not returns_none:  # `return None` alone is ruff's RET501
             body.append(ast.Return(self.returns))
         if not body:
             body.append(ast.Pass())

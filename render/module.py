@@ -10,6 +10,7 @@ from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower import lower
 from jaxside.render.lower.paths import Tree
+from jaxside.render.names import is_index
 from jaxside.tracing.trace import Trace
 
 _IMPORTS = {
@@ -147,7 +148,7 @@ def _patterns(program: Program) -> list[str]:
     """The mutated buffers, with layer numbers as `*` when that names exactly the same set."""
     stored = [i.name for i in program.trace.inputs if i.kind != "arg"]
     patterns = sorted(
-        {".".join("*" if p.isdigit() else p for p in path.split(".")) for path in program.state_paths}
+        {".".join("*" if is_index(p) else p for p in path.split(".")) for path in program.state_paths}
     )
     matched = {path for path in stored if any(_matches(p, path) for p in patterns)}
     return patterns if matched == set(program.state_paths) else list(program.state_paths)
@@ -213,7 +214,8 @@ def _lists(node):
     """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    positions = node and all(k.isascii() and k.isdecimal() for k in node)  # not "²", "١"
+    keys = sorted(map(int, node)) if positions else None
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {{k: _lists(v) for k, v in node.items()}}

@@ -3,14 +3,18 @@ a user meets it."""
 
 from __future__ import annotations
 
+import ast
 import errno
 import io
+import math
 import os
 import subprocess
 import sys
 import tokenize
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -106,3 +110,194 @@ def test_stdout_that_fails_in_process_is_one_line_exit_2(tmp_path, capsys, monke
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(_Full())))
     assert main([str(file), "-q", *flags]) == 2
     assert capsys.readouterr().err.startswith("error: <stdout>: cannot write it (No space left on device)")
+
+
+# -- Python constants as outputs (rows 2 and 3) ---------------------------------------------------
+
+CONSTANTS = """\
+import torch
+
+
+def fn(x):
+    return x * 2, (float("nan"), float("inf"), -float("inf"), -0.0, 3 + 4j, complex(float("nan"), 1.0),
+                   b"raw", ..., slice(1, 2), range(3), frozenset({1}), set(), {2, 1}, None, "s",
+                   x.dtype, torch.bfloat16, torch.bool)
+
+
+def example():
+    return fn, (torch.ones(3),)
+"""
+
+
+def test_python_constants_returned_are_exported_as_literals_and_check(tmp_path, capsys):
+    file = tmp_path / "consts.py"
+    file.write_text(CONSTANTS, encoding="utf-8")
+    out = tmp_path / "consts_jax.py"
+    assert main([str(file), "-q", "--export", "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    text = out.read_text(encoding="utf-8")
+    assert 'float("nan")' in text and "jnp.bfloat16" in text and "slice(1, 2, None)" in text
+    assert "'(3+4j)'" not in text and '"torch.' not in text  # no repr strings standing in for values
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize("value, kind", [("(i for i in range(2))", "generator"), ("x.device", "device")])
+def test_a_returned_value_no_literal_rebuilds_is_refused_in_one_line(tmp_path, capsys, value, kind):
+    file = tmp_path / "model.py"
+    file.write_text(MODEL.replace("torch.relu(x) * 2.0", f"torch.relu(x) * 2.0, {value}"), encoding="utf-8")
+    assert main([str(file), "-q", "--export"]) == 3
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: {file}: the entry returns a {kind} (") and "0x" not in err
+
+
+def _constants(leaf):
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.tuples(inner, inner), st.lists(inner, max_size=3),
+        st.frozensets(leaf.filter(lambda v: v == v), max_size=3),  # NaN is no set member anyone finds
+        st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        st.builds(slice, leaf, leaf, leaf),
+    ), max_leaves=6)
+
+
+LEAVES = st.one_of(
+    st.none(), st.just(...), st.booleans(), st.integers(), st.floats(), st.complex_numbers(),
+    st.text(max_size=5), st.binary(max_size=5),
+    st.builds(range, st.integers(-5, 5), st.integers(-5, 5), st.integers(1, 3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_constants(LEAVES))
+def test_every_constant_is_written_as_an_expression_of_the_same_value(value):
+    """Property: the export's literal of a returned constant evaluates to the same type and value
+    (NaN where NaN was, -0.0 kept), and passes `--check`'s comparison."""
+    from jaxside.annotate.compare import _walk
+    from jaxside.render.text import value_expr
+
+    expr = value_expr(value)
+    assert expr is not None
+    text = ast.unparse(ast.fix_missing_locations(expr))
+    again = eval(text, {})  # noqa: S307  (our own literal)
+    assert type(again) is type(value) and ast.dump(value_expr(again)) == ast.dump(expr)  # -0.0, NaN kept
+    assert all(c.ok for c in _walk(again, value, "", None, None, frozenset()))
+
+
+# -- digit-like module names (rows 4 and 5) -------------------------------------------------------
+
+DIGIT_NAMES = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Module()
+        self.layers.add_module("0", nn.Linear(4, 4))
+        self.layers.add_module(NAME, nn.Linear(4, 4))
+
+    def forward(self, x):
+        for layer in self.layers.children():
+            x = layer(x)
+        return x
+
+
+def example():
+    return Net(), (torch.ones(2, 4),)
+"""
+
+
+@pytest.mark.parametrize("name", ["²", "١"])  # int() refuses the one, reads the other as 1
+def test_a_child_named_with_a_non_ascii_digit_is_a_name_not_a_position(tmp_path, capsys, name):
+    file = tmp_path / "digits.py"
+    file.write_text(DIGIT_NAMES.replace("NAME", repr(name)), encoding="utf-8")
+    out = tmp_path / "digits_jax.py"
+    assert main([str(file), "-q", "--export", "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    assert f'params["layers"]["{name}"]["weight"]' in out.read_text(encoding="utf-8")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.characters(categories=["Nd", "No", "Nl"]) | st.sampled_from("0123456789"),
+                        min_size=1, max_size=3), min_size=1, max_size=4, unique=True))
+def test_only_ascii_digits_are_positions(keys):
+    """Property: keys of digits of any script nest as a list only when they are ASCII 0..n-1, and
+    addressing each of them, as the export and its loader do, never fails."""
+    from jaxside.render.lower.paths import Tree
+    from jaxside.render.names import is_index
+
+    tree = Tree([f"layers.{k}.weight" for k in keys])
+    listed = "layers" in tree.lists
+    assert listed == (sorted(keys, key=lambda k: (len(k), k)) == [str(i) for i in range(len(keys))])
+    for key in keys:
+        assert is_index(key) == (key.isascii() and key.isdigit())
+        node = tree.subscript(ast.Name("params", ast.Load()), f"layers.{key}.weight")
+        text = ast.unparse(node)
+        assert (f"[{int(key)}]" in text) if listed else (f"[{key!r}]" in text)
+
+
+def test_an_entry_returning_none_exports_code_ruff_passes(tmp_path, capsys):
+    """Row 17: `return None` alone is ruff's RET501 (a default rule of ruff 0.17, the newest)."""
+    file = tmp_path / "model.py"
+    source = MODEL.replace("return torch.relu(x) * 2.0", "y = x * 2\n    return None")
+    file.write_text(source, encoding="utf-8")
+    out = tmp_path / "none_jax.py"
+    assert main([str(file), "-q", "--export", "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+# -- review of a port that makes NaN (row 16) -----------------------------------------------------
+
+REVIEWED = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = torch.relu(h)
+        return h * 2.0
+
+
+def example():
+    return Net(), (torch.ones(2, 4),)
+"""
+
+NAN_PORT = """\
+import jax.numpy as jnp
+
+
+def forward(params, x):
+    h = x @ params["fc"]["weight"].T + params["fc"]["bias"]
+    h = jnp.maximum(h, 0) * jnp.nan
+    return h * 2.0
+"""
+
+
+def test_review_of_a_port_that_makes_nan_says_nan_and_warns_nothing(tmp_path, capsys):
+    torch_file, port = tmp_path / "net.py", tmp_path / "port.py"
+    torch_file.write_text(REVIEWED, encoding="utf-8")
+    port.write_text(NAN_PORT, encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert main(["review", str(torch_file), str(port), "-q"]) == 1
+    out, err = capsys.readouterr()
+    assert "net.py:13               port.py:6                              nan  DIFFERS" in out, out
+    assert "Warning" not in err
+
+
+def test_the_review_error_of_nan_against_numbers_is_nan():
+    from jaxside.annotate.review_align import error
+
+    nan, inf = float("nan"), float("inf")
+    assert math.isnan(error(np.array([1.0, nan]), np.array([1.0, 2.0])))
+    assert error(np.array([1.0, nan, inf, -inf]), np.array([1.5, nan, inf, -inf])) == 0.5
+    assert error(np.array([inf]), np.array([-inf])) == inf and error(np.array([]), np.array([])) == 0.0

@@ -444,7 +444,7 @@ def _returned_names(function: Function | None, count: int) -> list[str | None]:
 def _state_base(child: Node, node: Node) -> str:
     below = relative(child.anchor or "", node.anchor or "") if child.anchor != node.anchor else ""
     last = below.split(".")[-1] if below else ""
-    if not last or last.isdigit():
+    if not last or naming.is_index(last):
         site = child.call.call_site
         callee = naming.expression_name(site.text if site else None)
         last = (callee or "call").split("_")[0] if not last else (callee or last)
