@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from jaxside.annotate import interrupts
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
-from jaxside.annotate.output import check_target, emit, write
+from jaxside.annotate.output import check_target, emit, stdout_to_stderr, write
 from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
@@ -121,7 +121,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
 
     file = str(Path(options.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.
-    with contextlib.redirect_stdout(sys.stderr), _traceback_filtering(not options.debug):
+    with stdout_to_stderr(), _traceback_filtering(not options.debug):
         interrupts.check()
         status.phase(f"importing {Path(options.shown_file).name}")
         watch = [file]
@@ -153,7 +153,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         if not options.static_shapes:
             def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
                 again = Capture(watch=watch, abstract=options.abstract, resize=resize)
-                with contextlib.redirect_stdout(sys.stderr):
+                with stdout_to_stderr():
                     return again(entry.fn, *entry.args, **entry.kwargs)
         code = run(options, entry, trace, retrace)
     elif options.json:

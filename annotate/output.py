@@ -10,7 +10,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.errors import Failure
@@ -58,6 +60,42 @@ def _drop_stdout() -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While user code runs: its prints, and its writes to file descriptor 1 (`os.write(1, ...)`,
+    `sys.__stdout__`, C code), go to stderr, so stdout carries only what annotate writes."""
+    saved = _stdout_fd_to_stderr()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            _flush(sys.__stdout__)
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _stdout_fd_to_stderr() -> int | None:
+    """Point fd 1 at fd 2; a copy of the old fd 1 to restore (None where fds cannot be moved)."""
+    _flush(sys.stdout)
+    _flush(sys.__stdout__)
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+def _flush(stream: Any) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        stream.flush()
 
 
 def _say(options: argparse.Namespace, text: str) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
-from jaxside.annotate.output import check_target, to_stdout, write
+from jaxside.annotate.output import check_target, stdout_to_stderr, to_stdout, write
 from jaxside.annotate.review_map import read_params_map
 from jaxside.annotate.status import Status
 
@@ -81,7 +80,7 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     status.phase("loading torch and jax")
     from jaxside.annotate.review_align import align, side
 
-    with contextlib.redirect_stdout(sys.stderr):
+    with stdout_to_stderr():
         status.phase(f"tracing {Path(options.file).name}")
         torch_trace, torch_args, state, data = _torch_side(options)
         status.phase(f"tracing the port {Path(options.port).name}")

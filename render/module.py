@@ -58,7 +58,7 @@ def _docstring(program: Program, source: str) -> str:
         ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
         or "no tensor inputs"
     )
-    outputs = "outputs, new_state" if program.takes_state else "outputs"
+    outputs = "outputs, new_state" if program.takes_state or program.written_inputs else "outputs"
     torch = trace.frontend == "torch"
     paragraphs = [
         f"JAX for {user_text.comment(source)}, exported by jaxside from one traced run"
@@ -87,6 +87,12 @@ def _docstring(program: Program, source: str) -> str:
             "State: the buffers the torch code writes in place are explicit. `state` holds their "
             f"values ({shown}, listed in `STATE_BUFFERS`); the new values come back as `new_state`, "
             "the same tree. Nothing is mutated."
+        )
+    if program.written_inputs:
+        written = ", ".join(f"`{p}`" for p in program.written_inputs)
+        paragraphs.append(
+            f"Inputs: the torch code writes {written} in place; their new values come back in "
+            "`new_state`, by argument name. Nothing is mutated."
         )
     if torch:
         paragraphs.append(

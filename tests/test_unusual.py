@@ -8,6 +8,7 @@ import errno
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 import tokenize
@@ -301,3 +302,67 @@ def test_the_review_error_of_nan_against_numbers_is_nan():
     assert math.isnan(error(np.array([1.0, nan]), np.array([1.0, 2.0])))
     assert error(np.array([1.0, nan, inf, -inf]), np.array([1.5, nan, inf, -inf])) == 0.5
     assert error(np.array([inf]), np.array([-inf])) == inf and error(np.array([]), np.array([])) == 0.0
+
+
+def test_an_argument_named_params_is_renamed_in_its_shape_guard_too(tmp_path, capsys):
+    """Row 1: `forward(self, x, params)`: the export calls the argument `params_1` (`params` is
+    the weights); its size guard must read `params_1`, or every call raises."""
+    file = tmp_path / "model.py"
+    file.write_text(REVIEWED.replace("def forward(self, x):", "def forward(self, x, params):")
+                    .replace("return h * 2.0", "return h * params")
+                    .replace("(torch.ones(2, 4),)", "(torch.ones(2, 4), torch.ones(2, 4))"), encoding="utf-8")
+    out = tmp_path / "model_jax.py"
+    assert main([str(file), "-q", "--export", "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    text = out.read_text(encoding="utf-8")
+    assert "def forward(params, x, params_1):" in text
+    code = text.split("def forward", 1)[1]  # the docstring above speaks of the torch names
+    assert "if params_1.shape[0] != x.shape[0]:" in code and "params.shape" not in code
+
+
+CHATTY = """\
+import os
+import re
+import sys
+
+import torch
+
+
+def fn(x):
+    print("chatty print")
+    os.write(1, b"raw fd write\\n")
+    sys.__stdout__.write("dunder stdout\\n")
+    return x * 2
+
+
+def example():
+    return fn, (torch.ones(3),)
+"""
+
+
+@pytest.mark.parametrize("flags", [[], ["--export", "--check"]])
+def test_stdout_is_clean_at_the_file_descriptor_level(tmp_path, capfd, flags):
+    """Row 15: what the model writes to fd 1 (`os.write(1, ...)`, `sys.__stdout__`), while traced
+    or while `--check` runs it in torch eager, goes to stderr, not into the output."""
+    file = tmp_path / "chatty.py"
+    file.write_text(CHATTY, encoding="utf-8")
+    assert main([str(file), "-q", *flags]) in (0, 1)
+    out, err = capfd.readouterr()
+    for said in ("chatty print", "raw fd write", "dunder stdout"):
+        assert said not in python_lines(out) and said in err
+    if flags:
+        compile(out, "export.py", "exec")  # the module alone
+
+
+def test_an_input_written_in_place_comes_back_and_is_checked(tmp_path, capsys):
+    """Row 9: `x.add_(1)` in a module: the export returns `(outputs, {"x": new x})`, its docstring
+    says so, and `--check` compares both with torch eager (it reported a false MISMATCH)."""
+    file = tmp_path / "model.py"
+    file.write_text("import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n"
+                    "    def forward(self, x):\n        x.add_(1)\n        return x * 2\n\n\ndef example():\n"
+                    "    return Net(), (torch.ones(3),)\n", encoding="utf-8")
+    out = tmp_path / "model_jax.py"
+    assert main([str(file), "-q", "--export", "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert re.search(r"state x +float32\[3\] .* ok", err), err
+    text = out.read_text(encoding="utf-8")
+    assert "outputs, new_state = forward(x)" in text and "writes `x` in place" in text

@@ -416,15 +416,16 @@ def _dim_of(value: ast.expr) -> Atom | None:
 def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]]) -> None:
     """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
     size, and for each one called at another size than the first of its tied set."""
-    checks = [(d, ast.Constant(d.size), f"{d} is fixed at {d.size} (the docstring says why)") for d in fixed]
+    checks = [(d, ast.Constant(d.size), f"is fixed at {d.size} (the docstring says why)") for d in fixed]
     for dims in tied:
         first = _dim_expr(program.entry, dims[0])
         if first is not None:
-            checks += [(d, first, f"{d} must equal {dims[0]}") for d in dims[1:]]
+            checks += [(d, first, f"must equal {ast.unparse(first)}") for d in dims[1:]]
     guards: list[Statement] = []
-    for d, expected, message in checks:
+    for d, expected, said in checks:
         shape = _dim_expr(program.entry, d)
         if shape is not None:
+            message = f"{ast.unparse(shape)} {said}"  # as the export names it (`params_1.shape[0]`)
             test = ast.Compare(shape, [ast.NotEq()], [expected])
             guards.append(Guard([], test, [], None, message=message))
     program.entry.body[:0] = guards
@@ -439,6 +440,8 @@ def _dim_expr(entry: Function, d: Dim) -> ast.expr | None:
     root = reference
     while isinstance(root, ast.Subscript):
         root = root.value
+    if isinstance(root, ast.Name):  # the input's name in the export (`params` -> `params_1`)
+        root.id = entry.arg_names.get(root.id, root.id)
     if not isinstance(root, ast.Name) or root.id not in entry.params:
         return None
     return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())
