@@ -42,11 +42,12 @@ NOT_PYTHON_BREAKS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([
-    "x = 1", "s = 'a{c}b'", "# note{c}here", "{c}", "y = (1,{c} 2)", "t = '''a{c}\nb'''",
+    "x = 1", "s = 'a{c}b'", "# note{c}here", "\x0c", "y = (1,\x0c 2)", "t = '''a{c}\nb'''",
 ]), min_size=1, max_size=8), st.sampled_from(NOT_PYTHON_BREAKS), st.sampled_from(["\n", "\r\n", "\r"]))
 def test_source_lines_are_the_lines_python_counts(pieces, char, newline):
     """Property: each token Python reads starts on the line `python_lines` gives it, whatever
-    line-break-like characters the source holds in strings, comments and blank lines."""
+    line-break-like characters the source holds in strings and comments (and form feeds, the one
+    of them Python also takes as whitespace)."""
     source = newline.join(piece.format(c=char).replace("\n", newline) for piece in pieces) + newline
     lines = python_lines(source)
     for token in tokenize.generate_tokens(io.StringIO(source, newline="").readline):
