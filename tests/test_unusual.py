@@ -367,3 +367,14 @@ def test_an_input_written_in_place_comes_back_and_is_checked(tmp_path, capsys):
     assert re.search(r"state x +float32\[3\] .* ok", err), err
     text = out.read_text(encoding="utf-8")
     assert "outputs, new_state = forward(x)" in text and "writes `x` in place" in text
+
+
+def test_a_file_name_with_a_backslash_is_named_whole_in_the_export(tmp_path, capsys):
+    """`we"ird'na\\me.py` is one file name on POSIX, not `me.py` in a folder."""
+    file = tmp_path / "we\"ird'na\\me.py"
+    file.write_text(MODEL, encoding="utf-8")
+    out = tmp_path / "weird_jax.py"
+    assert main([str(file), "-q", "--export", "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    namespace: dict = {}
+    exec(compile(out.read_text(encoding="utf-8"), str(out), "exec"), namespace)  # noqa: S102
+    assert namespace["twice"].__doc__ == "`twice`, we\"ird'na\\me.py:4."
