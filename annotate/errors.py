@@ -143,8 +143,21 @@ def _user_code_raised(wrapper: UserCodeRaised, context: Context) -> Failure:
         f"{_exception_line(error)} (raised while {wrapper.doing})",
         _advice(error),
         file=where.filename, line=where.lineno, code=EXIT_USER_CODE,
-        details=_their_traceback(error, theirs),
+        details=_their_traceback(error, _named_as_shown(theirs, context)),
     )
+
+
+def _named_as_shown(frames: list[traceback.FrameSummary], context: Context) -> list[traceback.FrameSummary]:
+    """Frames in a temporary copy (FILE read from stdin or a pipe) named as the error line names it."""
+    named = []
+    for frame in frames:
+        try:
+            shown = context.copies.get(str(Path(frame.filename).resolve()))
+        except (OSError, RuntimeError, ValueError):
+            shown = None
+        named.append(frame if shown is None else
+                     traceback.FrameSummary(shown, frame.lineno, frame.name, line=frame.line))
+    return named
 
 
 def _expression_failed(wrapper: UserCodeRaised, context: Context) -> Failure:

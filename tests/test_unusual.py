@@ -378,3 +378,13 @@ def test_a_file_name_with_a_backslash_is_named_whole_in_the_export(tmp_path, cap
     namespace: dict = {}
     exec(compile(out.read_text(encoding="utf-8"), str(out), "exec"), namespace)  # noqa: S102
     assert namespace["twice"].__doc__ == "`twice`, we\"ird'na\\me.py:4."
+
+
+def test_a_traceback_from_stdin_names_stdin_not_its_temporary_copy(capsys, monkeypatch):
+    source = MODEL.replace("return torch.relu(x) * 2.0", 'raise ValueError("boom")')
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(source.encode("utf-8"))))
+    assert main(["-", "-q"]) == 3
+    err = capsys.readouterr().err
+    assert '  File "<stdin>", line 5, in twice\n' in err and "jaxside-" not in err
+    assert err.endswith("error: <stdin>:5: ValueError: boom (raised while tracing twice); fix the code "
+                        "there, or rerun with --debug for the full traceback\n")
