@@ -46,16 +46,18 @@ class Entry:
 @contextlib.contextmanager
 def isolated() -> Iterator[None]:
     """Undo what loading a user file did to this interpreter once the run is over: `sys.path`, the
-    modules imported from the directories it put there (or that it replaced), and torch's
-    process-wide settings (default device and dtype, grad mode, modes left entered)."""
-    from jaxside.annotate import _torch_state
+    modules imported from the directories it put there (or that it replaced), torch's
+    process-wide settings (default device and dtype, grad mode, modes left entered) and the
+    interpreter's (`_process_state`: warnings, logging, environment, jax flags...)."""
+    from jaxside.annotate import _process_state, _torch_state
 
     path, modules = list(sys.path), dict(sys.modules)
-    settings = _torch_state.save()
+    settings, process = _torch_state.save(), _process_state.save()
     try:
         yield
     finally:
         _torch_state.restore(settings)
+        _process_state.restore(process)
         added = tuple(str(Path(p).resolve()) + os.sep for p in sys.path if p not in path)
         for name, module in list(sys.modules.items()):
             if modules.get(name) is module:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import errno
 import io
+import logging
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tokenize
@@ -322,6 +324,7 @@ def test_an_argument_named_params_is_renamed_in_its_shape_guard_too(tmp_path, ca
 
 CHATTY = """\
 import os
+import signal
 import re
 import sys
 
@@ -388,3 +391,50 @@ def test_a_traceback_from_stdin_names_stdin_not_its_temporary_copy(capsys, monke
     assert '  File "<stdin>", line 5, in twice\n' in err and "jaxside-" not in err
     assert err.endswith("error: <stdin>:5: ValueError: boom (raised while tracing twice); fix the code "
                         "there, or rerun with --debug for the full traceback\n")
+
+
+GLOBALS = """\
+import logging
+import os
+import signal
+import signal
+import sys
+import warnings
+
+import jax
+import torch
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_default_matmul_precision", "float32")
+torch.set_num_threads(1)
+torch.set_printoptions(precision=2)
+warnings.simplefilter("ignore")
+logging.getLogger().setLevel(logging.CRITICAL)
+sys.setrecursionlimit(12345)
+os.environ["JAXSIDE_TEST_LEFT_BEHIND"] = "1"
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def fn(x):
+    return x * 2
+
+
+def example():
+    return fn, (torch.ones(3),)
+"""
+
+
+def test_in_process_main_puts_back_what_the_users_file_changed(tmp_path, capsys):
+    import jax
+    import torch
+
+    file = tmp_path / "model.py"
+    file.write_text(GLOBALS, encoding="utf-8")
+    before = (jax.config.jax_enable_x64, jax.config.jax_default_matmul_precision, torch.get_num_threads(),
+              torch._tensor_str.PRINT_OPTS.precision, list(warnings.filters), logging.getLogger().level,
+              sys.getrecursionlimit(), signal.getsignal(signal.SIGTERM))
+    assert main([str(file), "-q"]) == 0, capsys.readouterr().err
+    after = (jax.config.jax_enable_x64, jax.config.jax_default_matmul_precision, torch.get_num_threads(),
+             torch._tensor_str.PRINT_OPTS.precision, list(warnings.filters), logging.getLogger().level,
+             sys.getrecursionlimit(), signal.getsignal(signal.SIGTERM))
+    assert after == before and "JAXSIDE_TEST_LEFT_BEHIND" not in os.environ
