@@ -159,15 +159,20 @@ def _umask() -> int:
     return mask
 
 
+def refuse_link_loop(path: str, flag: str) -> None:
+    """Refuse an output path that is a symbolic link loop (nothing can be written through it)."""
+    if is_link_loop(Path(path)):
+        raise Failure(f"{flag} names a symbolic link loop (it leads back to itself)",
+                      f"remove the link, or choose another {flag}", file=path)
+
+
 def check_target(path: str, options: argparse.Namespace, flag: str) -> None:
     """Refuse an output path before anything runs: FILE itself, a directory, a place that cannot
     be written (tried, not guessed: root passes every permission check), or an existing file
     annotate did not write, unless --force."""
     target = Path(path)
     source = Path(options.file)
-    if is_link_loop(target):
-        raise Failure(f"{flag} names a symbolic link loop (it leads back to itself)",
-                      f"remove the link, or choose another {flag}", file=path)
+    refuse_link_loop(path, flag)
     if target.resolve() == source.resolve() or (
         target.exists() and source.exists() and os.path.samefile(target, source)
     ):
