@@ -1,6 +1,7 @@
 """torch's process-wide settings, saved and put back: a user file may change them when imported.
 
-`torch.set_default_device`, `torch.set_default_dtype`, `torch.set_grad_enabled(False)` or a
+`torch.set_default_device`, `torch.set_default_dtype`, `torch.set_grad_enabled(False)`,
+`torch.set_num_threads`, `torch.set_printoptions` or a
 `TorchFunctionMode` entered and never exited at a file's top level would otherwise outlive an
 in-process `annotate.cli.main()`. The mode stacks and the default-device context are torch
 internals (torch 2.5 to 2.13), kept here in one place.
@@ -26,6 +27,8 @@ class State:
     dispatch_modes: list[Any]
     device_context: Any
     current_device: Any
+    threads: int | None = None
+    print_options: dict[str, Any] | None = None
 
 
 def save() -> State | None:
@@ -46,6 +49,8 @@ def save() -> State | None:
         dispatch_modes=[c._get_dispatch_stack_at(i) for i in range(c._len_torch_dispatch_stack())],
         device_context=getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None),
         current_device=device_module.CURRENT_DEVICE,
+        threads=torch.get_num_threads(),
+        print_options=dict(vars(torch._tensor_str.PRINT_OPTS)),
     )
 
 
@@ -74,3 +79,7 @@ def restore(state: State | None) -> None:
         c._push_on_torch_dispatch_stack(mode)
     torch._GLOBAL_DEVICE_CONTEXT.device_context = state.device_context
     device_module.CURRENT_DEVICE = state.current_device
+    if state.threads is not None and torch.get_num_threads() != state.threads:
+        torch.set_num_threads(state.threads)
+    if state.print_options is not None:
+        vars(torch._tensor_str.PRINT_OPTS).update(state.print_options)

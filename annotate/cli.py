@@ -24,6 +24,7 @@ from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import Context, Failure, UserCodeRaised
 from jaxside.annotate.files import imported_beside
 from jaxside.annotate.noise import library_warnings
+from jaxside.annotate.output import stdout_to_stderr
 from jaxside.annotate.results import MAIN, check_outputs, write_results
 from jaxside.annotate.status import Status
 
@@ -136,7 +137,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
 
     file = str(Path(options.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.
-    with contextlib.redirect_stdout(sys.stderr), _traceback_filtering(not options.debug):
+    with stdout_to_stderr(), _traceback_filtering(not options.debug):
         interrupts.check()
         status.phase(f"importing {Path(options.shown_file).name}")
         watch = [file]
@@ -168,7 +169,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     if (options.export or options.check) and not options.static_shapes:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
             again = Capture(watch=watch, abstract=options.abstract, resize=resize)
-            with contextlib.redirect_stdout(sys.stderr), quiet():
+            with stdout_to_stderr(), quiet():
                 return again(entry.fn, *entry.args, **entry.kwargs)
     with quiet():
         return write_results(options, trace, entry, retrace, status.say)

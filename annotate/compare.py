@@ -132,9 +132,14 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, (torch.Tensor, jax.Array, np.ndarray, np.generic))
 
 
+_BUILTIN_CONSTANTS = (float, complex, slice, tuple, frozenset)
+
+
 def _same_constant(got: Any, want: Any) -> bool:
-    if isinstance(got, float) and isinstance(want, float) and np.isnan(got) and np.isnan(want):
-        return True
+    if type(got) is type(want) and type(want) in _BUILTIN_CONSTANTS and repr(got) == repr(want):
+        return True  # NaN is unequal to itself, yet the same value where it stands (a part, a slice's end)
+    if isinstance(want, torch.dtype):  # the export returns the jnp dtype of torch's
+        return isinstance(got, type) and np.dtype(got).name == str(want).removeprefix("torch.")
     try:
         return bool(got == want) and type(got) is type(want)
     except Exception:  # an object whose == is not a truth value
@@ -171,7 +176,9 @@ def _arrays(
         return Comparison(what, shape, rtol=rtol, atol=atol)
     kind = np.complex128 if want_np.dtype.kind == "c" else np.float64
     g, w = got_np.astype(kind), want_np.astype(kind)
-    same = (g == w) | (np.isnan(g) & np.isnan(w))
+    # NaN matches NaN where it stands: a complex's real and imaginary parts each (np.isnan of a
+    # complex is true when either part is NaN, so `nan+1j` would match `nan+5j`).
+    same = _same_parts(g.real, w.real) & (_same_parts(g.imag, w.imag) if kind is np.complex128 else True)
     with np.errstate(invalid="ignore"):  # inf against a finite value or NaN: inf or NaN
         diff = np.where(same, 0.0, np.abs(g - w))
     max_abs = float(np.inf) if np.isnan(diff).any() else float(diff.max())
@@ -181,8 +188,12 @@ def _arrays(
     return Comparison(what, shape, max_abs, rel, rtol, atol, scale)
 
 
+def _same_parts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
 def _numpy(value: Any) -> np.ndarray:
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().resolve_conj()
+        value = value.detach().cpu().resolve_conj().resolve_neg()  # `x.conj().imag` has the neg bit
         return value.float().numpy() if value.dtype == torch.bfloat16 else value.numpy()
     return np.asarray(value)

@@ -78,7 +78,10 @@ class Context:
         """A path as the user would write it: FILE as given, others relative to the working directory."""
         if path.startswith("<"):
             return path
-        resolved = Path(path).resolve()
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError):  # a symbolic link loop: the path as given
+            return path
         if str(resolved) in self.copies:
             return self.copies[str(resolved)]
         if resolved == Path(self.file).resolve():
@@ -99,6 +102,12 @@ def describe(error: BaseException, context: Context) -> Failure:
 
     if isinstance(error, CaptureError):
         return _capture_error(error, context)
+    from jaxside.render.text import CommentsChangeCode
+
+    if isinstance(error, CommentsChangeCode):
+        return Failure(f"JAX comments here: {error.detail}, so nothing was written",
+                       "use --export or --html for this file (and report it: a jaxside bug)",
+                       file=error.file, line=error.line, code=EXIT_USER_CODE)
     return _internal(error, context)
 
 
@@ -134,8 +143,21 @@ def _user_code_raised(wrapper: UserCodeRaised, context: Context) -> Failure:
         f"{_exception_line(error)} (raised while {wrapper.doing})",
         _advice(error),
         file=where.filename, line=where.lineno, code=EXIT_USER_CODE,
-        details=_their_traceback(error, theirs),
+        details=_their_traceback(error, _named_as_shown(theirs, context)),
     )
+
+
+def _named_as_shown(frames: list[traceback.FrameSummary], context: Context) -> list[traceback.FrameSummary]:
+    """Frames in a temporary copy (FILE read from stdin or a pipe) named as the error line names it."""
+    named = []
+    for frame in frames:
+        try:
+            shown = context.copies.get(str(Path(frame.filename).resolve()))
+        except (OSError, RuntimeError, ValueError):
+            shown = None
+        named.append(frame if shown is None else
+                     traceback.FrameSummary(shown, frame.lineno, frame.name, line=frame.line))
+    return named
 
 
 def _expression_failed(wrapper: UserCodeRaised, context: Context) -> Failure:
@@ -238,7 +260,8 @@ def _capture_error(error: Any, context: Context) -> Failure:
     if isinstance(error, OutputError):
         return Failure(
             str(error),
-            "return tensors in tuples, lists, dicts or dataclasses, or register the type with "
+            getattr(error, "fix", None)
+            or "return tensors in tuples, lists, dicts or dataclasses, or register the type with "
             "torch.utils._pytree.register_pytree_node",
             code=EXIT_USER_CODE, **where,
         )

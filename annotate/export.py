@@ -18,7 +18,7 @@ import torch.utils._pytree as torch_pytree
 
 from jaxside.annotate.compare import Comparison, compare
 from jaxside.annotate.errors import UserCodeRaised
-from jaxside.annotate.output import emit
+from jaxside.annotate.output import emit, stdout_to_stderr
 from jaxside.annotate.sizes import other_shape
 from jaxside.render.ir import Program
 from jaxside.render.lower import lower
@@ -42,6 +42,11 @@ def run(
         emit(text, options)
     if not options.check:
         return EXIT_OK
+    with stdout_to_stderr():  # torch eager runs the user's code again
+        return _check(options, entry, program, text)
+
+
+def _check(options: argparse.Namespace, entry: Any, program: Program, text: str) -> int:
     module = load_module(text)
     comparisons = check(
         module, program, entry.fn, entry.args, entry.kwargs, rtol=options.rtol, atol=options.atol
@@ -172,23 +177,33 @@ def check(
     result (outputs drawn from the export's `key` by shape and dtype only) and every new state buffer."""
     inputs = entry_inputs(module, program, fn, args, kwargs)  # before torch runs: it may write buffers
     result = run_jitted(getattr(module, program.entry.name), inputs)
-    outputs, new_state = result if program.takes_state else (result, None)
+    outputs, new_state = result if program.takes_state or program.written_inputs else (result, None)
+    written = _written_arguments(fn, args, kwargs, program.written_inputs)
     try:
         with torch.no_grad():
-            expected = fn(*args, **kwargs)
+            expected = fn(*args, **kwargs)  # writes `written` in place, as it did when traced
     except Exception as error:
         raise UserCodeRaised("running it in torch eager for --check", error) from error
     random = random_outputs(program.trace)
     comparisons = compare(outputs, expected, rtol=rtol, atol=atol, random=random)
     if new_state is not None:
-        buffers = _torch_tensors(fn)
-        for path in program.state_paths:
+        buffers = {**_torch_tensors(fn), **written}
+        for path in [*program.state_paths, *(p for p in written if p not in program.state_paths)]:
             got = _at_dotted(new_state, path)
             comparisons += compare(
                 got, buffers[path], rtol=rtol, atol=atol, prefix=f"state {path}",
                 random=frozenset({f"state {path}"}) if f"state {path}" in random else frozenset(),
             )
     return comparisons
+
+
+def _written_arguments(fn: Any, args: tuple, kwargs: dict, names: list[str]) -> dict[str, Any]:
+    """The torch arguments named `names` (the same objects torch eager then writes in place)."""
+    if not names:
+        return {}
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    arguments = inspect.signature(target).bind(*args, **kwargs).arguments
+    return {name: arguments[name] for name in names if name in arguments}
 
 
 def run_jitted(exported: Callable[..., Any], inputs: list[Any]) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import importlib.machinery
 import importlib.util
@@ -45,16 +46,18 @@ class Entry:
 @contextlib.contextmanager
 def isolated() -> Iterator[None]:
     """Undo what loading a user file did to this interpreter once the run is over: `sys.path`, the
-    modules imported from the directories it put there (or that it replaced), and torch's
-    process-wide settings (default device and dtype, grad mode, modes left entered)."""
-    from jaxside.annotate import _torch_state
+    modules imported from the directories it put there (or that it replaced), torch's
+    process-wide settings (default device and dtype, grad mode, modes left entered) and the
+    interpreter's (`_process_state`: warnings, logging, environment, jax flags...)."""
+    from jaxside.annotate import _process_state, _torch_state
 
     path, modules = list(sys.path), dict(sys.modules)
-    settings = _torch_state.save()
+    settings, process = _torch_state.save(), _process_state.save()
     try:
         yield
     finally:
         _torch_state.restore(settings)
+        _process_state.restore(process)
         added = tuple(str(Path(p).resolve()) + os.sep for p in sys.path if p not in path)
         for name, module in list(sys.modules.items()):
             if modules.get(name) is module:
@@ -105,9 +108,21 @@ def source_encoding(path: str | Path) -> str:
         return tokenize.detect_encoding(stream.readline)[0]
 
 
+def is_link_loop(path: Path) -> bool:
+    """Whether `path` is a symbolic link that never reaches a file (``a -> b -> a``)."""
+    try:
+        path.resolve(strict=True)
+    except (RuntimeError, OSError) as error:  # RuntimeError up to 3.12, OSError ELOOP after
+        return isinstance(error, RuntimeError) or getattr(error, "errno", None) == errno.ELOOP
+    return False
+
+
 def check_source(path: str) -> Path:
     """FILE resolved, once it is known to be a Python source file that parses."""
     file = Path(path)
+    if is_link_loop(file):
+        raise Failure("is a symbolic link loop (it leads back to itself)", "give the path of the file itself",
+                      file=path)
     if not file.exists():
         raise Failure("no such file", "give the path of the torch .py file to annotate", file=path)
     if file.is_dir():

@@ -1,25 +1,29 @@
 """Where results go: ``-o`` or stdout, written whole and only when changed, never over FILE or
-over a file annotate did not write (unless ``--force``)."""
+over a file annotate did not write (unless ``--force``). Files carry annotate's seal (seal.py)."""
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
+import io
 import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.errors import Failure
+from jaxside.annotate.loading import is_link_loop
+from jaxside.annotate.seal import is_sealed, seal
 
 
-def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8") -> None:
+def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8", form: str = "python") -> None:
     """Write the result to ``-o`` (only if it changed) or to stdout, encoded in `encoding`."""
     if options.output and options.output != "-":
-        write(text, options.output, options, "-o", encoding=encoding)
+        write(text, options.output, options, "-o", encoding=encoding, form=form)
     else:
         to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
 
@@ -32,13 +36,66 @@ def _encode(text: str, encoding: str) -> bytes:
 def to_stdout(text: str, encoding: str = "utf-8") -> None:
     """Bytes on stdout, the same `-o` would write, whatever encoding the terminal or locale has."""
     interrupts.check()
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # a text-only stream put in place of stdout
-        sys.stdout.write(text)
-    else:
-        buffer.write(_encode(text, encoding))
-        buffer.flush()
+    try:
+        sys.stdout.flush()
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:  # a text-only stream put in place of stdout
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            buffer.write(_encode(text, encoding))
+            buffer.flush()
+    except OSError as error:  # a full disk (`> /dev/full`), a closed pipe
+        _drop_stdout()
+        raise Failure(f"cannot write it ({error.strerror or error})",
+                      "free space on its device, or write to a file with -o PATH", file="<stdout>") from None
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so what failed to be written is not tried again at exit
+    (Python's own flush would print a second error)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While user code runs: its prints, and its writes to file descriptor 1 (`os.write(1, ...)`,
+    `sys.__stdout__`, C code), go to stderr, so stdout carries only what annotate writes."""
+    saved = _stdout_fd_to_stderr()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            _flush(sys.__stdout__)
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _stdout_fd_to_stderr() -> int | None:
+    """Point fd 1 at fd 2; a copy of the old fd 1 to restore (None where fds cannot be moved)."""
+    _flush(sys.stdout)
+    _flush(sys.__stdout__)
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
+
+
+def _flush(stream: Any) -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        stream.flush()
 
 
 def _say(options: argparse.Namespace, text: str) -> None:
@@ -49,14 +106,18 @@ def _say(options: argparse.Namespace, text: str) -> None:
         print(f"annotate: {text}", file=sys.stderr)
 
 
-def write(text: str, path: str, options: argparse.Namespace, flag: str, *, encoding: str = "utf-8") -> None:
-    """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it)."""
+def write(
+    text: str, path: str, options: argparse.Namespace, flag: str, *,
+    encoding: str = "utf-8", form: str = "python",
+) -> None:
+    """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it),
+    sealed as `form` (``python``, ``html`` or ``json``); stdout gets the text alone."""
     interrupts.check()
     if path == "-":
         to_stdout(text, encoding)
         return
     check_target(path, options, flag)
-    data = _encode(text, encoding)
+    data = seal(_encode(text, encoding), form)
     target = Path(path).resolve()
     try:
         if target.is_file() and target.read_bytes() == data:
@@ -98,12 +159,20 @@ def _umask() -> int:
     return mask
 
 
+def refuse_link_loop(path: str, flag: str) -> None:
+    """Refuse an output path that is a symbolic link loop (nothing can be written through it)."""
+    if is_link_loop(Path(path)):
+        raise Failure(f"{flag} names a symbolic link loop (it leads back to itself)",
+                      f"remove the link, or choose another {flag}", file=path)
+
+
 def check_target(path: str, options: argparse.Namespace, flag: str) -> None:
     """Refuse an output path before anything runs: FILE itself, a directory, a place that cannot
     be written (tried, not guessed: root passes every permission check), or an existing file
     annotate did not write, unless --force."""
     target = Path(path)
     source = Path(options.file)
+    refuse_link_loop(path, flag)
     if target.resolve() == source.resolve() or (
         target.exists() and source.exists() and os.path.samefile(target, source)
     ):
@@ -130,22 +199,16 @@ def check_target(path: str, options: argparse.Namespace, flag: str) -> None:
     except OSError as error:
         raise Failure(f"cannot write there ({_lower(error.strerror)})",
                       f"choose another {flag} in a directory you can write to", file=path) from None
-    if resolved.is_file() and not options.force and not _written_by_annotate(resolved, source):
-        raise Failure("exists, and annotate did not write it",
+    if resolved.is_file() and not options.force and not _written_by_annotate(resolved):
+        raise Failure("exists without annotate's seal (annotate did not write it, or it was edited since)",
                       f"pass --force to replace it, or choose another {flag}", file=path)
 
 
-def _written_by_annotate(target: Path, source: Path) -> bool:
-    """Whether replacing `target` loses nothing annotate did not write: it is empty, names jaxside
-    near its top (an exported module), holds ``jax:`` notes (annotated copies, HTML views), or
-    is FILE's code with other comments."""
+def _written_by_annotate(target: Path) -> bool:
+    """Whether replacing `target` loses nothing: it is empty, or carries annotate's seal unbroken
+    (seal.py; files of annotate before the seal have none, and need --force once)."""
     try:
         data = target.read_bytes()
     except OSError:
         return False
-    if not data.strip() or b"jaxside" in data[:2000] or b"# jax: " in data or b"jax: def " in data:
-        return True
-    try:
-        return ast.dump(ast.parse(source.read_bytes())) == ast.dump(ast.parse(data))
-    except (OSError, SyntaxError, ValueError):
-        return False
+    return not data.strip() or is_sealed(data)

@@ -17,7 +17,7 @@ from typing import Any
 
 from jaxside.annotate import files
 from jaxside.annotate.errors import EXIT_OK, Failure
-from jaxside.annotate.output import check_target, emit, write
+from jaxside.annotate.output import check_target, emit, refuse_link_loop, write
 
 MAIN = True
 """``options.json`` for a bare ``--json``: the map is the main result (stdout or ``-o``)."""
@@ -60,6 +60,9 @@ def check_outputs(options: argparse.Namespace) -> None:
         two = len(stdout) == 2
         raise Failure(f"{' and '.join(stdout)} {'both' if two else 'all'} want stdout",
                       "write one of them to a file" if two else "write all but one of them to files")
+    for flag, path in paths.items():
+        if path and path != "-":
+            refuse_link_loop(path, flag)
     named = [(flag, Path(path).resolve()) for flag, path in paths.items() if path and path != "-"]
     for n, (flag, path) in enumerate(named):
         clash = next((other for other, second in named[n + 1:] if second == path), None)
@@ -101,18 +104,19 @@ def write_results(
         if text is not None:
             say(text)
     if main == "json":
-        emit(_json(trace), options)
+        emit(_json(trace), options, form="json")
     elif copies:
         write_copies(options, trace, traced)
     elif main == "comments":
         text = _comments(trace, traced.shown, options)
         emit(text, options, encoding=source_encoding(traced.shown))
     if isinstance(options.json, str):
-        write(_json(trace), options.json, options, "--json")
+        write(_json(trace), options.json, options, "--json", form="json")
     if options.html:
         from jaxside.render.html import side_by_side
 
-        write(side_by_side(trace, traced.shown, shapes=options.shapes), options.html, options, "--html")
+        write(side_by_side(trace, traced.shown, shapes=options.shapes), options.html, options, "--html",
+              form="html")
     if options.export or options.check:
         from jaxside.annotate.export import run
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
-from jaxside.annotate.output import check_target, to_stdout, write
+from jaxside.annotate.output import check_target, stdout_to_stderr, to_stdout, write
 from jaxside.annotate.review_map import read_params_map
 from jaxside.annotate.status import Status
 
@@ -84,7 +83,7 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     status.phase("loading torch and jax")
     from jaxside.annotate.review_align import align, side
 
-    with contextlib.redirect_stdout(sys.stderr):
+    with stdout_to_stderr():
         status.phase(f"tracing {Path(options.file).name}")
         torch_trace, torch_args, state, data = _torch_side(options)
         status.phase(f"tracing the port {Path(options.port).name}")
@@ -106,7 +105,7 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(text(options, torch, port, alignment, mapping, leaves))
     if options.html:
-        write(html_page(options, torch, port, alignment), options.html, options, "--html")
+        write(html_page(options, torch, port, alignment), options.html, options, "--html", form="html")
     return EXIT_OK if outputs_close else EXIT_MISMATCH
 
 

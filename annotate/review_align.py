@@ -131,11 +131,20 @@ def close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
 
 
 def error(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest difference; NaN where one side has NaN and the other not (no distance says
+    how far that is), none for NaN on both sides or mask fills that agree (`_both_fill`)."""
     a, b = a.reshape(-1), b.reshape(-1)
+    if not a.size:
+        return 0.0
+    fills = _both_fill(a, b)  # at the arrays' own dtypes: a narrow float's fill is smaller
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if np.any(nan_a != nan_b):
+        return float("nan")
     with np.errstate(invalid="ignore"):
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    diff = np.where(_both_fill(a, b), 0.0, diff)
-    return float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0
+        diff = np.abs(a - b)
+    same = (nan_a & nan_b) | fills
+    return float(np.where(same, 0.0, diff).max())
 
 
 def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: float,

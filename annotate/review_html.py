@@ -17,6 +17,7 @@ from typing import Any
 from jaxside.annotate.review_report import labels, rows, side_files, site_of
 from jaxside.render.html import folds, highlight
 from jaxside.render.html.page import document
+from jaxside.render.source import python_lines
 
 LEGEND = [
     ("paired, equal", "var(--ok)", "the port computed these values within --rtol/--atol"),
@@ -137,7 +138,7 @@ def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any
 
 def _folded(body_rows: list[tuple[int | None, str]], source: str) -> str:
     """The rows in tbody groups, long runs of port lines paired with nothing folded."""
-    lines = source.splitlines()
+    lines = python_lines(source)
     if not lines:
         return "<tbody>" + "".join(row for _, row in body_rows) + "</tbody>"
     index = {p: i for i, (p, _) in enumerate(body_rows) if p is not None}

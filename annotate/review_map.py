@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxside.annotate.errors import Failure
+from jaxside.render.names import is_index
 
 # Words ports and torch models use for the same thing; each group is one token after normalising.
 _SYNONYMS = [
@@ -175,7 +176,7 @@ def layer_count(names: list[str]) -> int:
     for name in names:
         parts = name.split(".")
         for i, part in enumerate(parts):
-            if part.isdigit():
+            if is_index(part):
                 counts.setdefault(".".join(parts[:i]), set()).add(part)
     return max((len(v) for v in counts.values()), default=1)
 

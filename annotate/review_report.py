@@ -51,7 +51,7 @@ def rows(torch: Any, port: Any, alignment: Any) -> dict[Line, tuple[set[Line], f
             port_site = site_of(port, pair.port_var)
             if port_site is not None:
                 lines.add((port_site.file, port_site.line))
-            err = max(err or 0.0, pair.error or 0.0)
+            err = _worst(err, pair.error)
             seen = True
             ok = ok and pair.close
         table[key] = (lines, err, ok, seen)
@@ -80,6 +80,12 @@ def grouped(lines: set[Line] | list[Line], label: dict[str, str], sep: str = ","
     for file, line in sorted(lines, key=lambda x: (x[0], x[1])):
         by_file.setdefault(file, []).append(line)
     return " ".join(f"{label.get(f, Path(f).name)}:{sep.join(map(str, ns))}" for f, ns in by_file.items())
+
+
+def _worst(*errors: float | None) -> float:
+    """The largest error; NaN (one side NaN, the other not) above every number."""
+    found = [e for e in errors if e is not None] or [0.0]
+    return float("nan") if any(e != e for e in found) else max(found)
 
 
 def _numbers(value: np.ndarray) -> str:

@@ -11,6 +11,7 @@ signature of its JAX counterpart.
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import tokenize
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from jaxside.render import source as torch_source
 from jaxside.render.ir import Loop, Statement
 from jaxside.render.layout import WIDTH, display_width, double_quotes, wrap_text
 from jaxside.render.lower import lower
+from jaxside.render.text import CommentsChangeCode
 
 
 @dataclass
@@ -42,11 +44,14 @@ class SourceMap:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.lines = source.splitlines(keepends=True)
+        self.lines = torch_source.python_lines(source, keepends=True)
         self.tree = ast.parse(source)
-        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
         self.commented = {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
         """Lines that already end with a comment of their own."""
+        self.open_ends = {t.start[0] for t in tokens if t.type in (tokenize.NEWLINE, tokenize.NL)}
+        """Lines whose end a comment may follow (not inside a string, not continued by `\\`)."""
+        self._logical_ends = sorted(t.start[0] for t in tokens if t.type == tokenize.NEWLINE)
         self._statements = sorted(
             (node for node in ast.walk(self.tree) if isinstance(node, ast.stmt)),
             key=lambda node: (node.lineno, -(node.end_lineno or node.lineno)),
@@ -65,6 +70,12 @@ class SourceMap:
             first_line = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
             return max(node.lineno, first_line - 1)
         return node.end_lineno or node.lineno
+
+    def logical_end(self, line: int) -> int:
+        """The line where the logical line holding `line`'s end ends (`x = 1; s = \"\"\"...`), below
+        which comment lines cannot land inside a string."""
+        at = bisect.bisect_left(self._logical_ends, line)
+        return self._logical_ends[at] if at < len(self._logical_ends) else line
 
     def statement_at(self, line: int) -> ast.stmt | None:
         """The innermost statement whose own lines (a header, for compound ones) hold `line`."""
@@ -88,14 +99,14 @@ def place(source_map: SourceMap, notes: dict[int, Note], *, width: int = WIDTH) 
         comment = comment_lines(note)
         line = lines[first_line - 1].rstrip("\r\n")
         fits = len(comment) == 1 and display_width(line) + 2 + display_width(comment[0]) <= width
-        beside = fits and first_line not in source_map.commented and not line.rstrip().endswith("\\")
+        beside = fits and first_line not in source_map.commented and first_line in source_map.open_ends
         if end == first_line and beside:
             lines[first_line - 1] = f"{line}  {comment[0]}{_newline(lines[first_line - 1])}"
         else:
             body = getattr(node, "body", None)
             inner = body[0] if isinstance(body, list) and body and isinstance(body[0], ast.stmt) else node
             indent = _indent(lines[inner.lineno - 1])  # below a header, comments sit with the body
-            below.setdefault(end, []).extend(comment_lines(note, indent, width))
+            below.setdefault(source_map.logical_end(end), []).extend(comment_lines(note, indent, width))
     out = []
     for number, text in enumerate(lines, start=1):
         out.append(text)
@@ -114,7 +125,10 @@ def comment_lines(note: Note, indent: str = "", width: int | None = None) -> lis
         suffix += f"  ({note.variants} forms: calls differ in shapes, dtypes or what they call)"
     lines = []
     for text in note.texts:
-        wrapped = wrap_text(text, len(indent) + 2, width) if width else [text]
+        # A statement of several lines (an `if` with its body) is a comment line each: every
+        # line break any reader knows (`str.splitlines`, more than Python's own) starts a `# `.
+        wrapped = [piece for line in (wrap_text(text, len(indent) + 2, width) if width else [text])
+                   for piece in line.splitlines() or [""]]
         if not lines:
             wrapped[-1] += suffix  # the count closes the first statement, however long it is
         lines += [f"{indent}# {line}" for line in wrapped]
@@ -204,10 +218,10 @@ def _function_notes(
                 if text not in note.texts:
                     note.texts.append(text)
         pending = []
-    returned = _return_note(function, definition)
+    returned = return_note(function, definition)
     if returned is not None:
-        line, text = returned
-        note = notes.setdefault(line, Note([], 1))
+        node, text = returned
+        note = notes.setdefault(node.lineno, Note([], 1))
         note.texts += [statement_text(s, trace, shapes=shapes) for s in pending] + [text]
     return notes
 
@@ -216,14 +230,14 @@ def _same_file(file: str, target: str) -> bool:
     return str(Path(file).resolve()) == target
 
 
-def _return_note(function: Any, definition: ast.AST) -> tuple[int, str] | None:
-    """`return ...` of the def, at the torch function's (last) return statement."""
+def return_note(function: Any, definition: ast.AST) -> tuple[ast.Return, str] | None:
+    """`return ...` of the def, and the torch function's (last) return statement it goes with."""
     if function.returns is None:
         return None
     returns = [n for n in _own_statements(definition) if isinstance(n, ast.Return)]
     if not returns:
         return None
-    return returns[-1].lineno, double_quotes(ast.unparse(ast.Return(function.returns)))
+    return returns[-1], double_quotes(ast.unparse(ast.Return(function.returns)))
 
 
 def _own_statements(function: ast.AST) -> list[ast.stmt]:
@@ -255,8 +269,37 @@ def annotate_file(trace: Any, path: str | None = None, *, shapes: bool = False) 
     source = torch_source.read_source(path)
     source_map = SourceMap(source)
     annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))
-    if not same_code(source, annotated):
-        raise AssertionError(f"annotating {path} changed its code; this is a jaxside bug")
+    check_same_code(source, annotated, str(path))
     return annotated
+
+
+def check_same_code(original: str, annotated: str, path: str) -> None:
+    """Refuse `annotated` (raise `CommentsChangeCode` naming the first line that differs) unless
+    it parses to `original`'s AST: the last gate before anything is written or printed."""
+    try:
+        if same_code(original, annotated):
+            return
+        detail, line = "the code would change", _first_difference(original, annotated)
+    except SyntaxError as error:
+        detail, line = f"a comment would break the code ({error.msg})", error.lineno or 1
+    raise CommentsChangeCode(path, line, detail)
+
+
+def _first_difference(original: str, annotated: str) -> int:
+    """The first line of `annotated` whose code differs from `original` (comments aside)."""
+    mine = [(t.type, t.string, t.start[0]) for t in _code_tokens(annotated)]
+    theirs = [(t.type, t.string) for t in _code_tokens(original)]
+    for (kind, text, line), other in zip(mine, theirs, strict=False):
+        if (kind, text) != other:
+            return line
+    return 1
+
+
+def _code_tokens(source: str) -> list[tokenize.TokenInfo]:
+    skip = (tokenize.COMMENT, tokenize.NL)
+    try:
+        return [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in skip]
+    except (tokenize.TokenError, SyntaxError):
+        return []
 
 

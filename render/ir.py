@@ -155,6 +155,9 @@ class Function:
     anchor: str | None = None
     """The module path its `params`/`state` subtrees start at (of its first call)."""
     decorators: list[ast.expr] = field(default_factory=list)
+    arg_names: dict[str, str] = field(default_factory=dict)
+    """The entry's parameter name for each input the user named (`params` -> `params_1`, since
+    `params` is the weights')."""
     arg_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """The shape each tensor parameter had in its first call (what sizes are read from)."""
     value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -177,7 +180,8 @@ class Function:
         if self.doc:
             body.append(ast.Expr(ast.Constant(self.doc)))
         body += blocks(self.body)
-        if self.returns is not None:
+        returns_none = isinstance(self.returns, ast.Constant) and self.returns.value is None
+        if self.returns is not None and not returns_none:  # `return None` alone is ruff's RET501
             body.append(ast.Return(self.returns))
         if not body:
             body.append(ast.Pass())
@@ -265,6 +269,13 @@ class Program:
     @property
     def takes_state(self) -> bool:
         return self.entry.uses_state
+
+    @property
+    def written_inputs(self) -> list[str]:
+        """Arguments the torch code wrote in place (`x.add_(1)`) whose new values the entry returns
+        after its outputs, in one dict with any new state (`{"x": ...}`)."""
+        arguments = {s.input.name for s in self.trace.state if s.input.kind == "arg"}
+        return [path for path in self.entry.state_out if path in arguments]
 
     def assigned_names(self) -> list[tuple[str, str]]:
         """Every name the user defs assign (parameters, targets, loop variables) with its source."""

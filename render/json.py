@@ -7,11 +7,13 @@ came from (function, module path, local, line) with its shape and dtype.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
 
-from jaxside.render.comments import statement_text
+from jaxside.render import source as torch_source
+from jaxside.render.comments import return_note, statement_text
 from jaxside.render.ir import Loop
 from jaxside.render.lower import lower
 
@@ -41,12 +43,37 @@ def line_map(trace: Any) -> dict[str, Any]:
                 "columns": [site.col, site.end_col],
                 "values": values,
             })
+        _add_return(lines, function)
     return {
         "schema": SCHEMA,
         "entry": trace.entry,
         "frontend": trace.frontend,
         "lines": [lines[key] for key in sorted(lines, key=lambda k: (str(Path(k[0])), k[1]))],
     }
+
+
+def _add_return(lines: dict[tuple[str, int], dict[str, Any]], function: Any) -> None:
+    """The def's `return ...` at the torch function's return statement, when the returned
+    expression computes (JAX that lives only in a `return` has no statement of its own)."""
+    if function.returns is None or all(isinstance(n, _STRUCTURE) for n in ast.walk(function.returns)):
+        return
+    first = function.calls[0]
+    parsed = torch_source.read(first.file)
+    definition = torch_source.function_at(parsed[1], first.line) if parsed else None
+    returned = return_note(function, definition) if definition is not None else None
+    if parsed is None or returned is None:
+        return
+    node, code = returned
+    value = node.value or node
+    entry = lines.setdefault((first.file, value.lineno), {
+        "file": first.file, "line": value.lineno, "end_line": value.end_lineno,
+        "torch": ast.get_source_segment(parsed[0], value), "jax": [],
+    })
+    entry["jax"].append({"function": function.name, "code": code,
+                          "columns": [value.col_offset, value.end_col_offset], "values": []})
+
+
+_STRUCTURE = (ast.Name, ast.Tuple, ast.List, ast.Dict, ast.Constant, ast.Starred, ast.expr_context)
 
 
 def _value(trace: Any, var: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower import lower
 from jaxside.render.lower.paths import Tree
+from jaxside.render.names import is_index
 from jaxside.tracing.trace import Trace
 
 _IMPORTS = {
@@ -57,7 +58,7 @@ def _docstring(program: Program, source: str) -> str:
         ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
         or "no tensor inputs"
     )
-    outputs = "outputs, new_state" if program.takes_state else "outputs"
+    outputs = "outputs, new_state" if program.takes_state or program.written_inputs else "outputs"
     torch = trace.frontend == "torch"
     paragraphs = [
         f"JAX for {user_text.comment(source)}, exported by jaxside from one traced run"
@@ -86,6 +87,12 @@ def _docstring(program: Program, source: str) -> str:
             "State: the buffers the torch code writes in place are explicit. `state` holds their "
             f"values ({shown}, listed in `STATE_BUFFERS`); the new values come back as `new_state`, "
             "the same tree. Nothing is mutated."
+        )
+    if program.written_inputs:
+        written = ", ".join(f"`{p}`" for p in program.written_inputs)
+        paragraphs.append(
+            f"Inputs: the torch code writes {written} in place; their new values come back in "
+            "`new_state`, by argument name. Nothing is mutated."
         )
     if torch:
         paragraphs.append(
@@ -151,7 +158,7 @@ def _patterns(program: Program) -> list[str]:
     """The mutated buffers, with layer numbers as `*` when that names exactly the same set."""
     stored = [i.name for i in program.trace.inputs if i.kind != "arg"]
     patterns = sorted(
-        {".".join("*" if p.isdigit() else p for p in path.split(".")) for path in program.state_paths}
+        {".".join("*" if is_index(p) else p for p in path.split(".")) for path in program.state_paths}
     )
     matched = {path for path in stored if any(_matches(p, path) for p in patterns)}
     return patterns if matched == set(program.state_paths) else list(program.state_paths)
@@ -217,7 +224,8 @@ def _lists(node):
     """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    positions = node and all(k.isascii() and k.isdecimal() for k in node)  # not "²", "١"
+    keys = sorted(map(int, node)) if positions else None
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {{k: _lists(v) for k, v in node.items()}}

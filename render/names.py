@@ -13,6 +13,12 @@ from typing import Literal
 Source = Literal["local", "argument", "parameter", "expression", "loop", "gradient", "fallback"]
 """Where a name came from; everything but `fallback` is derived from source identifiers."""
 
+def is_index(key: str) -> bool:
+    """Whether a module or state key is a list position (`layers.0`): ASCII digits only. (`str.isdigit`
+    also takes `²` and `١`, which `int` refuses or reads as 1: a child named so is a name, not a position.)"""
+    return key.isascii() and key.isdecimal()
+
+
 DERIVED: frozenset[str] = frozenset({"local", "argument", "parameter", "expression", "loop", "gradient"})
 
 # Roots that say where a callable lives, not what the value is: `torch.sin(x)` is a `sin`.
@@ -105,7 +111,7 @@ def function_name(qualname: str) -> str:
 def leaf_name(path: str, module_path: str | None = None) -> str:
     """A short name for an input deep in a pytree, as a def that reads it calls it: `params['w1']` ->
     `w1`, `params['layers.0.attention.wqkv.weight']` in module `layers.0.attention` -> `wqkv_weight`."""
-    match = re.search(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]$", path)
+    match = re.search(r"\[(?:'([^']*)'|\"([^\"]*)\"|([0-9]+))\]$", path)
     if match is None:
         return path
     key = match.group(1) or match.group(2)
@@ -113,7 +119,7 @@ def leaf_name(path: str, module_path: str | None = None) -> str:
         return identifier(path)
     if module_path and key.startswith(module_path + "."):
         key = key[len(module_path) + 1 :]
-    parts = [p for p in key.split(".") if p and not p.isdigit()]
+    parts = [p for p in key.split(".") if p and not is_index(p)]
     return identifier("_".join(parts[-2:]))
 
 

@@ -68,6 +68,16 @@ def read_source(path: str | Path) -> str:
     return data.decode(encoding)
 
 
+def python_lines(text: str, *, keepends: bool = False) -> list[str]:
+    """`text` in lines as Python counts them: at ``\\n``, ``\\r\\n`` and ``\\r`` only. (`str.splitlines`
+    also splits at form feeds, ``\\x1c``-``\\x1e``, ``\\x85``, U+2028 and U+2029, which Python leaves
+    inside a line: every line number after one would be off.)"""
+    lines = io.StringIO(text, newline="").readlines()
+    if keepends:
+        return lines
+    return [line[:-2] if line.endswith("\r\n") else line.rstrip("\r\n") for line in lines]
+
+
 def tree(file: str) -> ast.Module | None:
     parsed = read(file)
     return parsed[1] if parsed else None

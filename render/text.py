@@ -11,9 +11,14 @@ the writers lay out is measured here too (`display_width`), and quoted as ruff q
 from __future__ import annotations
 
 import ast
+import importlib
 import io
+import math
 import tokenize
 import unicodedata
+from typing import Any
+
+from jaxside.render.source import python_lines
 
 _QUOTES = '"""'
 
@@ -24,6 +29,50 @@ def literal(value: str) -> str:
     if text.startswith("'") and '"' not in value:
         text = '"' + text[1:-1] + '"'
     return text
+
+
+def value_expr(value: Any) -> ast.expr | None:
+    """A Python value as an expression that evaluates to an equal value of the same type (NaN and
+    the infinities as `float("nan")`, a slice as `slice(1, 2, None)`, a torch dtype as its `jnp`
+    one), or None when no literal rebuilds it (a generator, a device, any other object)."""
+    kind = type(value)
+    if value is None or value is Ellipsis or kind in (bool, int, str, bytes):
+        return ast.Constant(value)
+    if kind is float:
+        return ast.Constant(value) if math.isfinite(value) else _call("float", ast.Constant(repr(value)))
+    if kind is complex:
+        if all(math.isfinite(part) and part != 0 for part in (value.real, value.imag)):
+            return ast.Constant(value)  # `(3+4j)`; zeros (signed) and NaN parts only by `complex(...)`
+        return _call("complex", value_expr(value.real), value_expr(value.imag))
+    parts: list[ast.expr | None]
+    if kind in (tuple, list, set, frozenset):
+        items = sorted(value, key=repr) if kind in (set, frozenset) else list(value)
+        parts = [value_expr(item) for item in items]
+        if any(p is None for p in parts):
+            return None
+        if kind is tuple:
+            return ast.Tuple(parts, ast.Load())
+        if kind is list:
+            return ast.List(parts, ast.Load())
+        shown = ast.Set(parts) if parts else None
+        return _call(kind.__name__, *([shown] if shown else [])) if kind is frozenset or not parts else shown
+    if kind is dict:
+        keys, values = [value_expr(k) for k in value], [value_expr(v) for v in value.values()]
+        return None if None in keys or None in values else ast.Dict(keys, values)
+    if kind in (slice, range):
+        ends = (value.start, value.stop, value.step)
+        parts = [value_expr(end) for end in ends]
+        return None if None in parts else _call(kind.__name__, *parts)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        name = str(value).removeprefix("torch.")
+        name = "bool_" if name == "bool" else name
+        jnp = importlib.import_module("jax.numpy")
+        return ast.Attribute(ast.Name("jnp", ast.Load()), name, ast.Load()) if hasattr(jnp, name) else None
+    return None
+
+
+def _call(name: str, *args: ast.expr | None) -> ast.expr:
+    return ast.Call(ast.Name(name, ast.Load()), [a for a in args if a is not None], [])
 
 
 def _escape(char: str) -> str:
@@ -66,6 +115,15 @@ class UnsafeSourceError(Exception):
     """The writer produced source that does not compile: a jaxside bug, never written out."""
 
 
+class CommentsChangeCode(Exception):
+    """Comments placed in a file would change its code (a jaxside bug, never written out): the
+    file and the first line that differs, for a one-line error."""
+
+    def __init__(self, file: str, line: int, detail: str) -> None:
+        super().__init__(f"{file}:{line}: {detail}")
+        self.file, self.line, self.detail = file, line, detail
+
+
 def check_compiles(source: str, what: str) -> None:
     """Refuse `source` (the text of `what`) unless it compiles as a module."""
     try:
@@ -80,7 +138,7 @@ def double_quotes(text: str) -> str:
     """`params["wqkv"]` rather than `params['wqkv']`: single-quoted strings get double quotes
     when that needs no more escapes (ruff's and black's rule)."""
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    lines = text.splitlines(keepends=True)
+    lines = python_lines(text, keepends=True)  # the rows tokenize counts
     edits = []
     for token in tokens:
         if (

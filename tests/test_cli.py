@@ -17,6 +17,7 @@ from html_rows import rows
 
 import jaxside.tracing._progress
 from jaxside.annotate.cli import main
+from jaxside.annotate.seal import unsealed
 from jaxside.render.comments import same_code
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +141,7 @@ def test_html_alone_writes_only_the_page(tmp_path, capsys, renderers):
     file = write(tmp_path / "model.py", CHATTY)
     page = tmp_path / "view.html"
     assert main([str(file), "--html", str(page)]) == 0
-    assert capsys.readouterr().out == "" and page.read_text() == "<html>Net</html>\n"
+    assert capsys.readouterr().out == "" and unsealed(page.read_bytes()) == b"<html>Net</html>\n"
 
 
 def test_export_and_check_go_to_the_exporter_with_its_exit_code(tmp_path, capsys, renderers):
@@ -166,7 +167,7 @@ def test_the_stand_ins_flags_for_real(tmp_path, capsys):
     assert "    def forward(self, x, use_cache=True):  # jax: def forward(params, x)\n" in out
     target, page = tmp_path / "annotated.py", tmp_path / "view.html"
     assert main([str(file), "-q", "-o", str(target), "--html", str(page)]) == 0
-    assert target.read_text(encoding="utf-8") == out
+    assert unsealed(target.read_bytes()).decode("utf-8") == out  # the file is stdout's text, sealed
     (proj,) = [r for r in rows(page.read_text(encoding="utf-8")) if r.cells[1:2] == ["y = self.proj(x)"]]
     assert proj.cell("j").startswith('y = x @ params["proj"]["weight"].T'), proj.cell("j")
 

@@ -6,8 +6,13 @@ import ast
 import textwrap
 from types import SimpleNamespace
 
-from jaxside.render.comments import Note, SourceMap, notes_for, place, same_code
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxside.render.comments import Note, SourceMap, check_same_code, notes_for, place, same_code
 from jaxside.render.ir import Statement
+from jaxside.render.text import CommentsChangeCode
 from jaxside.tracing import Call, Site
 
 SOURCE = textwrap.dedent('''\
@@ -174,3 +179,62 @@ def test_a_comment_below_wraps_exactly_when_it_passes_the_width():
         out = place(SourceMap("def f(x):\n    y = g(x)\n"), {2: Note([text], 1)}, width=100)
         below = out.splitlines()[2:]
         assert len(below) == lines and all(len(line) <= 100 for line in below), below
+
+
+# -- the writer never changes the code, whatever it says and wherever ------------------------------
+
+# Layouts where a comment can go wrong: a header with its body on one line, statements after `;`
+# with a string running on, a backslash continuation, brackets over lines, a form feed and U+2028
+# (line breaks to `str.splitlines`, not to Python), CRLF and CR-only files.
+LAYOUTS = [
+    "def f(x):\n    if x: y = 1\n    return y\n",
+    'def f(x):\n    y = 1; s = """a\n  b"""\n    return y\n',
+    "def f(x):\n    y = x + \\\n        1\n    return y\n",
+    "def f(x):\n    y = g(\n        x,\n    )\n    return y\n",
+    "def f(x):\n    y = 1\n\x0c\n    s = 'a\u2028b'; t = 2\n    return y\n",
+    "def f(x):\r\n    y = (x\r\n         + 1)\r\n    return y\r\n",
+    "def f(x):\r    y = 1\r    return y\r",
+    "class A:\n    def f(self, x):\n        for i in range(2): x = x + i\n        return x\n",
+]
+
+TEXTS = st.sampled_from([
+    "y = x + 1",
+    'if downsample:\n    x = layer_norm(params["downsample"][0], x)',
+    "for i in range(3):\n    x = x * 2\nelse:\n    pass",
+    's = "a\\u2028b"',
+    "h = jnp.reshape(x, (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22))",
+    "def body(c, v):\n    return c + v, None",
+])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(LAYOUTS), st.data())
+def test_comments_never_change_the_code_for_any_count_text_or_layout(layout, data):
+    """Property: notes of any repeat count, any number of forms, multi-line texts (a statement
+    under a flag, a loop), any width, at any line of any layout leave the file's AST as it was."""
+    source_map = SourceMap(layout)
+    lines = len(source_map.lines)
+    notes = data.draw(st.dictionaries(
+        st.integers(1, lines),
+        st.builds(Note, st.lists(TEXTS, min_size=1, max_size=3), st.integers(0, 10**6), st.integers(1, 5)),
+        max_size=lines,
+    ))
+    width = data.draw(st.sampled_from([20, 60, 100, 400]))
+    out = place(source_map, notes, width=width)
+    check_same_code(layout, out, "layout.py")
+    assert same_code(layout, out)
+    for line, note in notes.items():  # and each note that has a statement is there, counted
+        if note.texts and source_map.statement_at(line) is not None:
+            assert f"# {note.texts[0]}"[:8] in out
+            assert note.count <= 1 or f"×{note.count}" in out
+
+
+def test_a_break_in_the_code_is_named_at_its_line():
+    source = "def f(x):\n    y = 1\n    return y\n"
+    broken = "def f(x):\n    y = 1\n    # z = 2\n    z = 2  ×3\n    return y\n"
+    with pytest.raises(CommentsChangeCode) as caught:
+        check_same_code(source, broken, "m.py")
+    assert (caught.value.file, caught.value.line) == ("m.py", 4) and "break" in caught.value.detail
+    with pytest.raises(CommentsChangeCode) as caught:
+        check_same_code(source, source.replace("y = 1", "y = 2"), "m.py")
+    assert caught.value.line == 2

@@ -115,3 +115,23 @@ def test_bfloat16_uses_its_own_tolerance():
     got = jnp.array(np.array([1.0, 100.5]), jnp.bfloat16)
     [comparison] = compare(got, want)
     assert comparison.ok and comparison.rtol == 1e-2
+
+
+@pytest.mark.parametrize("got, want, ok", [
+    (complex(float("nan"), 1), complex(float("nan"), 5), False),  # issue 33 row 11
+    (complex(float("nan"), 1), complex(1, float("nan")), False),
+    (complex(float("nan"), 1), complex(float("nan"), 1), True),
+    (complex(1, float("nan")), complex(1, float("nan")), True),
+])
+def test_nan_in_a_complex_matches_only_nan_in_the_same_part(got, want, ok):
+    g = jnp.array([got, 2 + 0j], jnp.complex64)
+    w = torch.tensor([want, 2 + 0j], dtype=torch.complex64)
+    assert verdicts(g, w) == [("output", ok)]
+
+
+def test_a_tensor_with_the_negative_bit_is_compared():
+    """`x.conj().imag` is a view with torch's negative bit set, which `numpy()` refuses (row 10)."""
+    want = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64).conj().imag
+    assert want.is_neg()
+    assert verdicts(jnp.array([-2.0, 1.0], jnp.float32), want) == [("output", True)]
+    assert verdicts(jnp.array([2.0, 1.0], jnp.float32), want) == [("output", False)]

@@ -308,8 +308,8 @@ def test_output_holding_someone_elses_file_needs_force(tmp_path, capsys):
     notes.write_text("my own notes\n", encoding="utf-8")
     assert main(["-q", str(file), "-o", str(notes)]) == 2
     assert capsys.readouterr().err == (
-        f"error: {notes}: exists, and annotate did not write it; pass --force to replace it, or choose "
-        "another -o\n"
+        f"error: {notes}: exists without annotate's seal (annotate did not write it, or it was edited "
+        "since); pass --force to replace it, or choose another -o\n"
     )
     assert notes.read_text() == "my own notes\n"
     assert main(["-q", str(file), "-o", str(notes), "--force"]) == 0

@@ -21,6 +21,7 @@ from jaxside.annotate import cli, files
 from jaxside.annotate.cli import main
 from jaxside.annotate.errors import Failure
 from jaxside.annotate.export import load_module
+from jaxside.annotate.seal import unsealed
 from jaxside.tracing import Site
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -86,7 +87,7 @@ def test_output_directory_gets_a_copy_of_each_traced_file_and_no_original_change
     assert code == 0 and out == ""
     written = sorted(p.name for p in (tmp_path / "annotated").iterdir())
     assert written == ["tiny_gpt.py"]  # the example() file made no JAX: no copy of it
-    assert (tmp_path / "annotated" / "tiny_gpt.py").read_text() == gpt_comments[1]
+    assert unsealed((tmp_path / "annotated" / "tiny_gpt.py").read_bytes()).decode() == gpt_comments[1]
     assert {p.name: digest(p) for p in project.iterdir()} == before
     assert "wrote" in err and "--file NAME" not in err
 

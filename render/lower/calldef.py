@@ -97,8 +97,9 @@ class CallDef(Body):
         function.anchor = node.anchor
         if node.parent is None:
             function.arg_shapes = {
-                item.name: tuple(item.var.aval.shape) for item in self.ctx.trace.inputs
-                if item.kind == "arg" and item.name in params
+                function.arg_names.get(item.name, item.name): tuple(item.var.aval.shape)
+                for item in self.ctx.trace.inputs
+                if item.kind == "arg" and function.arg_names.get(item.name, item.name) in params
             }
         else:
             values = operand_values(node, function)
@@ -153,6 +154,7 @@ class CallDef(Body):
                     seen[root] = self.scope.fresh(root, "argument")
                     names.append(seen[root])
                 self.env[item.var] = path_expr(seen[root], item.name[len(root) :])
+            function.arg_names = seen
             return names
         signature = torch_source.parameters(node.call.file, node.call.line)
         bound = {name for name, _ in node.call.args}
@@ -444,7 +446,7 @@ def _returned_names(function: Function | None, count: int) -> list[str | None]:
 def _state_base(child: Node, node: Node) -> str:
     below = relative(child.anchor or "", node.anchor or "") if child.anchor != node.anchor else ""
     last = below.split(".")[-1] if below else ""
-    if not last or last.isdigit():
+    if not last or naming.is_index(last):
         site = child.call.call_site
         callee = naming.expression_name(site.text if site else None)
         last = (callee or "call").split("_")[0] if not last else (callee or last)

@@ -21,6 +21,7 @@ job, which does the same for the defs of one function called at other sizes.
 from __future__ import annotations
 
 import ast
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -402,7 +403,7 @@ def _plan(base: Program, others: list[Program]) -> Plan:
             read = {n.id for n in names if isinstance(n.ctx, ast.Load)}
             shapes = [{**v.arg_shapes, **_read(v, read)} for v in versions]
             for parent, attr, at, values in diffs:
-                whole = all(v == int(v) for v in values)
+                whole = all(math.isfinite(v) and v == int(v) for v in values)
                 found = fit([int(v) for v in values], shapes) if whole else None
                 if found is None:
                     where = f"{values[0]} in `{function.name}`"

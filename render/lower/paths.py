@@ -13,6 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxside.render.ir import Function, named
+from jaxside.render.names import is_index
+from jaxside.render.text import value_expr
+from jaxside.tracing import OutputError
 
 
 def under(path: str, anchor: str | None) -> bool:
@@ -37,7 +40,7 @@ class Tree:
         self.lists = {
             prefix
             for prefix, keys in children.items()
-            if all(k.isdigit() for k in keys) and sorted(int(k) for k in keys) == list(range(len(keys)))
+            if all(is_index(k) for k in keys) and sorted(int(k) for k in keys) == list(range(len(keys)))
         }
         self.lengths = {prefix: len(children[prefix]) for prefix in self.lists}
 
@@ -52,12 +55,12 @@ class Tree:
         return node
 
 
-_PATH_PART = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]")
-_PATH = re.compile(r"(\[(\d+|'[^']*'|\"[^\"]*\")\])+")
+_PATH_PART = re.compile(r"\[([0-9]+|'[^']*'|\"[^\"]*\")\]")
+_PATH = re.compile(r"(\[([0-9]+|'[^']*'|\"[^\"]*\")\])+")
 
 
 def _path_parts(path: str) -> list[int | str]:
-    return [int(p) if p.isdigit() else p[1:-1] for p in _PATH_PART.findall(path)]
+    return [int(p) if is_index(p) else p[1:-1] for p in _PATH_PART.findall(path)]
 
 
 def tree_root(path: str) -> str | None:
@@ -138,11 +141,20 @@ def spec_expr(
 
 
 def _constant(value: Any) -> ast.expr:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return ast.Constant(value)
-    if isinstance(value, (tuple, list)):
-        return ast.Tuple([_constant(v) for v in value], ast.Load())
-    return ast.Constant(repr(value))
+    """A returned Python value as a literal of the export, or refused (never its repr as a string)."""
+    expr = value_expr(value)
+    if expr is None:
+        error = OutputError(f"the entry returns a {type(value).__qualname__} ({_short(value)}), which the "
+                            "export cannot rebuild as a value")
+        error.fix = ("return tensors, numbers, strings, bytes, dtypes, slices, ranges, sets and "
+                     "containers of them; drop or convert the rest (a generator: a tuple)")
+        raise error
+    return expr
+
+
+def _short(value: Any) -> str:
+    text = re.sub(r" at 0x[0-9a-f]+", "", repr(value))
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def nested_dict(entries: dict[str, ast.expr], tree: Tree, anchor: str) -> ast.expr:

@@ -19,6 +19,7 @@ rebound name reused where its old value is dead: `k = k.reshape(...)`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from jaxside.render import names as naming
@@ -103,7 +104,7 @@ def _lower(trace: Trace) -> Program:
 
 def _docstring(function: Function) -> str:
     first = function.calls[0]
-    where = f"`{first.function}`, {first.file.replace(chr(92), '/').rsplit('/', 1)[-1]}"
+    where = f"`{first.function}`, {os.path.basename(first.file)}"  # `we\ird.py` is one name on POSIX
     if first.line:  # line 0: a transformation of the code (`jax.grad(f)`), not a def of its own
         where += f":{first.line}"
     paths = [c.module_path for c in function.calls if c.module_path]

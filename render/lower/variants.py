@@ -270,16 +270,23 @@ def parallel_diff(trees: list[Any], out: list, numbers: bool = False, names: boo
             elif not parallel_diff(others, out, numbers, names):
                 return False
         elif attr not in ("ctx", "lineno", "col_offset", "end_lineno", "end_col_offset") and any(
-            o != value or type(o) is not type(value) for o in others
+            not _same(o, value) for o in others
         ) and (names or attr != "id" or not isinstance(first, ast.Name)):
             return False
     return True
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type; NaN counts as the same as a NaN of the same repr."""
+    return type(a) is type(b) and (a == b or (a != a and b != b and repr(a) == repr(b)))
+
+
 def _number_differs(nodes: list[Any], numbers: bool) -> bool:
     kinds = (int, float) if numbers else (int,)
     values = [n.value for n in nodes if isinstance(n, ast.Constant)]
-    return len(values) == len(nodes) and all(type(v) in kinds for v in values) and len(set(values)) > 1
+    # By value, and by repr too: every NaN is unequal to itself, yet the same constant each time.
+    return (len(values) == len(nodes) and all(type(v) in kinds for v in values) and len(set(values)) > 1
+            and len({repr(v) for v in values}) > 1)
 
 
 # -- fitting a number ---------------------------------------------------------------------------------

@@ -96,7 +96,8 @@ def _lists(node):
     """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    keys = sorted(map(int, node)) if node and all(k.isdigit() for k in node) else None
+    positions = node and all(k.isascii() and k.isdecimal() for k in node)  # not "²", "١"
+    keys = sorted(map(int, node)) if positions else None
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
