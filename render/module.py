@@ -17,6 +17,7 @@ _IMPORTS = {
     "jnp": "import jax.numpy as jnp",
     "lax": "from jax import lax",
     "np": "import numpy as np",
+    "dataclasses": "import dataclasses",
 }
 
 
@@ -33,15 +34,22 @@ def render_program(program: Program, *, source: str) -> str:
     used = {n.id for tree in defs + constants for n in ast.walk(tree) if isinstance(n, ast.Name)}
     if loader:
         used |= {"jnp"}
-    imports = [line for name, line in _IMPORTS.items() if name in used]
+    if program.config:
+        used |= {"dataclasses"}
+        constants_text = _config_class(program)
+        loader = "\n\n\n".join(filter(None, [loader, _config_from(program)]))
+    imports = [line for name, line in _IMPORTS.items() if name in used and name != "dataclasses"]
     docstring = user_text.docstring(_docstring(program, source))
     # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after
     # the imports (two before a def), two around defs.
-    top = [docstring] + (["\n".join(sorted(imports, key=_import_order))] if imports else [])
+    top = [docstring] + (["import dataclasses"] if program.config else [])
+    top += ["\n".join(sorted(imports, key=_import_order))] if imports else []
     if loader and program.state_paths:
         top.append(_state_constant(program))
     if constants:
         top.append("\n".join(line for c in constants for line in format_statement(c, 0, MODULE_WIDTH)))
+    if program.config:
+        top.append("\n" + constants_text)  # two blank lines before a class
     blocks = ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in defs] + ([loader] if loader else [])
     text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
     user_text.check_compiles(text, "module")
@@ -163,6 +171,37 @@ def _state_constant(program: Program) -> str:
     return (
         f"STATE_BUFFERS = ({items}\n)\n"
         + '"""Buffers the torch code writes in place: `state` in, new state out."""'
+    )
+
+
+# -- the config --------------------------------------------------------------------------------------
+
+
+def _config_class(program: Program) -> str:
+    """`Config`: the torch attributes the defs read, with the traced model's values as defaults."""
+    lines = [
+        "@dataclasses.dataclass(frozen=True)",
+        "class Config:",
+        '    """The torch modules\' attributes the defs read (`config.n_head` for `self.n_head`),',
+        "    as the traced model had them. `config_from(model)` reads them from a torch module;",
+        '    `dataclasses.replace(Config(), n_head=...)` changes one."""',
+        "",
+    ]
+    for f in program.config:
+        kind = type(f.value).__name__
+        lines.append(f"    {f.name}: {kind} = {f.value!r}")
+    return "\n".join(lines)
+
+
+def _config_from(program: Program) -> str:
+    from jaxside.render.lower.attributes import accessor
+
+    items = "".join(f"\n        {f.name}={accessor(f)}," for f in program.config)
+    return (
+        "def config_from(model):\n"
+        f'    """The `Config` of a torch module built as the traced one (`{program.entry.name}(..., '
+        'config=config_from(model))`)."""\n'
+        f"    return Config({items}\n    )"
     )
 
 

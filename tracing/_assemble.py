@@ -59,6 +59,8 @@ def assemble(
             args=list(record.args),
             returned=list(record.returned),
             bindings=_resolved(record.bindings, views),
+            numbers=list(record.numbers),
+            attributes=_attributes(receiver) if is_module else {},
             children=[to_call(child) for child in record.children],
             call_site=sources.site(*record.caller) if record.caller else None,
             raised=record.raised,
@@ -113,6 +115,28 @@ def _resolved(
         if key is not None:
             out.append((name, line, key))
     return out
+
+
+def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
+    """The module's numbers by attribute path: its own (`n_head`, `eps`, `split_sizes`) and those
+    of a plain object it keeps (`config.num_attention_heads`); never tensors, modules or bools."""
+    found: dict[str, Any] = {}
+    for name, value in vars(receiver).items():
+        if _number(value):
+            found[name] = value
+        elif hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
+            try:
+                inner = vars(value)
+            except TypeError:
+                continue
+            found.update({f"{name}.{k}": v for k, v in inner.items() if _number(v)})
+    return found
+
+
+def _number(value: object) -> bool:
+    if type(value) in (int, float):
+        return True
+    return type(value) in (tuple, list) and 0 < len(value) <= 8 and all(type(v) is int for v in value)
 
 
 def _spans(pairs: list[tuple[Call, CallRecord]], spans: dict[Any, Any]) -> None:
