@@ -9,6 +9,7 @@ from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower import lower
+from jaxside.render.lower.config import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.tracing.trace import Trace
 
@@ -194,13 +195,11 @@ def _config_class(program: Program) -> str:
 
 
 def _config_from(program: Program) -> str:
-    from jaxside.render.lower.attributes import accessor
-
     items = "".join(f"\n        {f.name}={accessor(f)}," for f in program.config)
     return (
         "def config_from(model):\n"
-        f'    """The `Config` of a torch module built as the traced one (`{program.entry.name}(..., '
-        'config=config_from(model))`)."""\n'
+        '    """The `Config` of a torch module built as the traced one, for\n'
+        f'    `{program.entry.name}(..., config=config_from(model))`."""\n'
         f"    return Config({items}\n    )"
     )
 

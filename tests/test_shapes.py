@@ -59,7 +59,7 @@ def test_sizes_are_expressions_the_torch_code_named():
     _, _, module, program = sample("llama_model")
     text = render_program(program, source="test")
     assert "bsz, seqlen, _ = x.shape" in text
-    assert "jnp.reshape(q, (bsz, seqlen, 4, 16))" in text
+    assert "jnp.reshape(q, (bsz, seqlen, config.n_head, config.head_dim))" in text
     assert "(1, 8, 4, 16)" not in text
     generic = [[str(d) for d in dims if not d.state] for dims in program.sizes.generic]
     assert generic == [["idx.shape[0]"], ["idx.shape[1]", "input_pos.shape[0]"]]

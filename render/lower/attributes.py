@@ -421,6 +421,8 @@ class _Reader:
         path = _self_path(node)
         if path is not None and type(self.owner.attributes.get(path)) in (tuple, list):
             values = self.owner.attributes[path]
+            first = ast.Subscript(self.fields.node(self.owner, path), ast.Constant(0))
+            out.append(Named(values[0], first))
             for i in range(2, len(values)):
                 upto = ast.Subscript(self.fields.node(self.owner, path), ast.Slice(None, ast.Constant(i)))
                 out.append(Named(sum(values[:i]), ast.Call(named("sum"), [upto], [])))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jaxside.render import source as torch_source
-from jaxside.render.ir import Function, Keyword, Program, Statement, named
+from jaxside.render.ir import Function, Keyword, Program, named
 from jaxside.render.lower.kinds import branch
 from jaxside.render.lower.places import place_in, put
 
@@ -242,11 +242,10 @@ def thread_config(program: Program) -> None:
         mine = names[function.name]
         if mine is None:
             continue
-        for statement in function.body:
-            for call in _calls(statement):
-                callee = call.func.id  # type: ignore[attr-defined]
-                if callee in needs and not any(k.arg == names[callee] for k in call.keywords):
-                    call.keywords.append(ast.keyword(names[callee], named(mine)))
+        for call in _calls(function):
+            callee = call.func.id  # type: ignore[attr-defined]
+            if callee in needs and not any(k.arg == names[callee] for k in call.keywords):
+                call.keywords.append(ast.keyword(names[callee], named(mine)))
     entry = program.entry
     if entry.name in needs:
         keyword = next(k for k in entry.keywords if k.name == names[entry.name])
@@ -258,11 +257,15 @@ def _config_name(function: Function) -> str | None:
 
 
 def _callees(function: Function) -> set[str]:
-    return {call.func.id for s in function.body for call in _calls(s)}  # type: ignore[attr-defined]
+    return {call.func.id for call in _calls(function)}  # type: ignore[attr-defined]
 
 
-def _calls(statement: Statement) -> list[ast.Call]:
-    return [n for n in ast.walk(statement.node()) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+def _calls(function: Function) -> list[ast.Call]:
+    """The calls of defs in `function`'s statements and its returned value."""
+    trees: list[ast.AST] = [s.node() for s in function.body]
+    trees += [function.returns] if function.returns is not None else []
+    nodes = [n for tree in trees for n in ast.walk(tree)]
+    return [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
 
 
 def accessor(f: ConfigField) -> str:

@@ -21,12 +21,23 @@ Call it:
 respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
+import dataclasses
+
 import jax.numpy as jnp
 
 
-def forward(params, x):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The torch modules' attributes the defs read (`config.n_head` for `self.n_head`),
+    as the traced model had them. `config_from(model)` reads them from a torch module;
+    `dataclasses.replace(Config(), n_head=...)` changes one."""
+
+    hidden_size: int = 32
+
+
+def forward(params, x, *, config=Config()):
     """`SequenceModel.forward`, rnn.py:30."""
-    h = jnp.zeros((x.shape[0], 32), jnp.float32)
+    h = jnp.zeros((x.shape[0], config.hidden_size), jnp.float32)
     outputs = []
     for t in range(x.shape[1]):
         x_t = x[:, t]
@@ -83,3 +94,11 @@ def _lists(node):
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `forward(..., config=config_from(model))`."""
+    return Config(
+        hidden_size=model.hidden_size,
+    )
