@@ -137,7 +137,10 @@ def _name_literals(owner: _Def, fields: Fields) -> None:
                 fields.register(owner, expr)
                 _define(owner, function, statement, name, _renamed(expr, owner.defined))
             fields.register(owner, choice.expr)
-            put(parent, attr, index, _renamed(choice.expr, owner.defined))
+            expr = _renamed(choice.expr, owner.defined)
+            if type(_literal(node)) is float and type(choice.value) is int:  # `x ** 2.0` is not `x ** 2`
+                expr = ast.Call(named("float"), [expr], [])
+            put(parent, attr, index, expr)
 
 
 def _statements(body: list[Statement]) -> list[Statement]:
@@ -158,8 +161,11 @@ def _constants(value: ast.expr, site: Any) -> list[tuple[ast.AST, str, int | Non
     def walk(node: ast.AST, at: Any) -> None:
         mark = fold_of(node)
         at = mark.site if mark is not None and mark.site is not None else at
+        indexes = _indexes(node)
         for parent, attr, index, child in _children(node):
             if isinstance(child, ast.keyword) and child.arg in _NOT_CONFIG_KEYWORDS:
+                continue
+            if _position(parent, attr, index) or id(child) in indexes:
                 continue
             if isinstance(child, ast.Constant) and type(child.value) in (int, float):
                 found.append((parent, attr, index, child, at))
@@ -172,6 +178,21 @@ def _constants(value: ast.expr, site: Any) -> list[tuple[ast.AST, str, int | Non
 
     walk(value, site)
     return found
+
+
+def _position(parent: ast.AST, attr: str, index: int | None) -> bool:
+    """The place holds positions, not sizes: a transpose's permutation, an index (`x[..., 0]`)."""
+    if isinstance(parent, ast.Call) and attr == "args" and index == 1:
+        return ast.unparse(parent.func).rsplit(".", 1)[-1] in ("transpose", "moveaxis", "swapaxes")
+    return False
+
+
+def _indexes(node: ast.AST) -> set[int]:
+    """`0` in `x[..., 0]`, `x[0]`: the indexes of a subscript, by `id` (its slices' bounds are sizes)."""
+    if not isinstance(node, ast.Subscript):
+        return set()
+    items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return {id(item) for item in items if isinstance(item, (ast.Constant, ast.UnaryOp))}
 
 
 def _children(node: ast.AST) -> list[tuple[ast.AST, str, int | None, ast.AST]]:
@@ -224,7 +245,7 @@ def _choose(reader: _Reader, expression: ast.expr, parent: ast.AST, node: ast.AS
             matches.setdefault(ast.dump(total.expr), total)
         if not totals:
             todo += list(ast.iter_child_nodes(sub))
-    if not matches and _passes_self(expression):
+    if not matches and isinstance(parent, (ast.Call, ast.BinOp)) and _passes_self(expression):
         for path, number in reader.owner.attributes.items():
             if "." not in path and type(number) in (int, float) and _same(number, value):
                 matches.setdefault(path, Named(number, reader.fields.node(reader.owner, path)))
@@ -287,6 +308,13 @@ def _positional(
     if not isinstance(parent, ast.Tuple) or not isinstance(expression, ast.Call):
         return False, None
     func = expression.func
+    if isinstance(func, ast.Attribute) and func.attr == "flatten" and 0 < len(expression.args) < 3:
+        # `x.flatten(3)` merges every dimension from the third on: the last entry is `-1`
+        end = expression.args[1] if len(expression.args) == 2 else None
+        last = node is parent.elts[-1] and not _has_minus_one(parent, node)
+        if (end is None or _literal(end) == -1) and last:
+            return True, Named(-1, ast.UnaryOp(ast.USub(), ast.Constant(1)))
+        return True, None
     if not isinstance(func, ast.Attribute) or func.attr not in _RESHAPES:
         return False, None
     items = list(expression.args)
@@ -300,14 +328,19 @@ def _positional(
     torch_item = items[position]
     if isinstance(torch_item, ast.UnaryOp) and isinstance(torch_item.operand, ast.Constant):
         if torch_item.operand.value == 1 and isinstance(torch_item.op, ast.USub):
-            others = [e for e in parent.elts if e is not node]
-            if not any(isinstance(e, (ast.Constant, ast.UnaryOp)) and _literal(e) == -1 for e in others):
+            if not _has_minus_one(parent, node):
                 return True, Named(-1, ast.UnaryOp(ast.USub(), ast.Constant(1)))
         return True, None
     found = reader.read(torch_item)
     if found is None or not _reads_config(found.expr) or not _same(found.value, _literal(node)):
         return True, None
     return True, found
+
+
+def _has_minus_one(shape: ast.Tuple, node: ast.AST) -> bool:
+    """Another entry of the shape is already `-1` (a reshape takes one)."""
+    others = [e for e in shape.elts if e is not node]
+    return any(isinstance(e, (ast.Constant, ast.UnaryOp)) and _literal(e) == -1 for e in others)
 
 
 class _Reader:
