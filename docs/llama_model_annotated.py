@@ -239,7 +239,7 @@ def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     sin = freqs_cis[:, None, :, 1]  # sin = freqs_cis[:, None, :, 1]  ×4
     rotated = torch.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], dim=-1)
     # rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)  ×4
-    return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], 16))  ×4
+    return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], -1))  ×4
 
 
 def build(name: str = "tiny", device: str | torch.device | None = None) -> Transformer:

@@ -83,6 +83,16 @@ def _docstring(program: Program, source: str) -> str:
         call.append("    params = load_params(model)  # the torch module, or its state_dict")
     call.append(f"    {outputs} = {entry.name}({', '.join(entry.params)})")
     paragraphs.append("\n".join(call))
+    if program.config:
+        keyword = next(
+            (k.name for k in entry.keywords if ast.unparse(k.default or ast.Constant(None)) == "Config()"),
+            "config",
+        )
+        paragraphs.append(
+            "Config: the numbers the torch code read from its modules are the fields of `Config`, "
+            "the traced model's by default; for another model built the same way, pass "
+            f"`{keyword}=config_from(model)` (under `jax.jit`, as a static argument)."
+        )
     if program.takes_params:
         paragraphs.append(
             "`params` nests the torch tensors by their dotted names, numbered children as lists: "
@@ -180,14 +190,15 @@ def _state_constant(program: Program) -> str:
 
 def _config_class(program: Program) -> str:
     """`Config`: the torch attributes the defs read, with the traced model's values as defaults."""
-    lines = [
-        "@dataclasses.dataclass(frozen=True)",
-        "class Config:",
-        '    """The torch modules\' attributes the defs read (`config.n_head` for `self.n_head`),',
-        "    as the traced model had them. `config_from(model)` reads them from a torch module;",
-        '    `dataclasses.replace(Config(), n_head=...)` changes one."""',
-        "",
-    ]
+    first = program.config[0]
+    doc = textwrap.fill(
+        "The numbers the torch code read from its modules, as the traced model had them "
+        f"(`config.{first.name}` for `self.{first.attribute}`). `config_from(model)` reads them from a "
+        f"torch module; `dataclasses.replace(Config(), {first.name}=...)` changes one.",
+        MODULE_WIDTH - 3, initial_indent="    ", subsequent_indent="    ", break_long_words=False,
+        break_on_hyphens=False,
+    )
+    lines = ["@dataclasses.dataclass(frozen=True)", "class Config:", f'    """{doc[4:]}"""', ""]
     for f in program.config:
         kind = type(f.value).__name__
         lines.append(f"    {f.name}: {kind} = {f.value!r}")

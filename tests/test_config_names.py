@@ -240,3 +240,22 @@ def test_a_number_that_only_equals_an_attribute_stays_a_literal():
     text = render_program(lower(Capture()(model, x)), source="test")
     assert "(2, 8)" in text and "* 8.0 + float(config.head_dim)" in text
     assert check(load_module(text), lower(Capture()(model, x)), model, (x,), {})[0].ok
+
+
+@pytest.mark.parametrize("kind", ["fast", "hf"])
+def test_names_stage_the_same_bits_under_jit(kind, monkeypatch):
+    """The export with config names computes bit for bit what the one with literals does."""
+    import jaxside.render.lower.pipeline as pipeline
+
+    model, idx, _, named_text = exported(kind)
+    monkeypatch.setattr(pipeline, "name_config", lambda program, class_names: [])
+    trace = Capture()(model, idx)
+    program = lower(trace, lambda resize: Capture(resize=resize)(model, idx))
+    literal_text = render_program(program, source="test")
+    assert "Config" not in literal_text and "config.head_dim" in named_text
+    outputs = []
+    for text in (named_text, literal_text):
+        module = load_module(text)
+        out = jax.jit(module.forward)(module.load_params(model), *to_jax((idx,)))
+        outputs.append(np.asarray(out["logits"] if isinstance(out, dict) else out))
+    assert outputs[0].tobytes() == outputs[1].tobytes()

@@ -25,57 +25,28 @@ from __future__ import annotations
 
 import ast
 import math
-import operator
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Define, Function, Keyword, Loop, Program, Statement, fold_of, named
 from jaxside.render.lower.config import ConfigField, Fields, thread_config
+from jaxside.render.lower.evidence import Named, Owner, Reader, literal, owner_of, reads_config, same
 from jaxside.render.lower.places import put
 
-_OPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.truediv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-}
 _NOT_CONFIG_KEYWORDS = frozenset({"axis", "axes", "dimension", "keepdims", "dtype"})
 """Keywords whose numbers are positions, never a config number."""
 _RESHAPES = frozenset({"view", "reshape"})
 
 
-@dataclass
-class Named:
-    """A number torch's expression computed, with the JAX expression that computes it."""
-
-    value: Any
-    expr: ast.expr
-    locals: list[tuple[str, ast.expr]] = field(default_factory=list)
-    """Locals the expression reads, each with its value, to define in the def first."""
-
-
-@dataclass
-class _Def:
-    """What one def knows while its literals are named."""
-
-    function: Function
-    attributes: dict[str, Any]
-    module_path: str
-    module_type: str
-    numbers: dict[str, list[tuple[int, Any]]]
-    shapes: dict[str, tuple[int | None, ...]]
-    defined: dict[str, str] = field(default_factory=dict)
-    """Torch locals already defined in the def, and the name they took."""
-    config: str | None = None
-
-
 def name_config(program: Program, class_names: Callable[[str], str]) -> list[ConfigField]:
     """Name the config literals of every def of `program` (in place); the `Config` fields."""
     fields = Fields()
+    taken = {f.name for f in program.functions + program.helpers} | {name for name, _ in program.constants}
+    if taken & {"Config", "config_from", "dataclasses"}:
+        return []  # the module's own names are the user's: no config rather than a clash
     for function in program.functions:
-        owner = _owner(function)
+        owner = owner_of(function)
         if owner is not None:
             _name_literals(owner, fields)
             if owner.config is not None:
@@ -88,34 +59,10 @@ def name_config(program: Program, class_names: Callable[[str], str]) -> list[Con
     return fields.declared(classes)
 
 
-def _owner(function: Function) -> _Def | None:
-    calls = function.calls
-    first = calls[0]
-    attributes = {
-        path: value for path, value in first.attributes.items()
-        if all(c.attributes.get(path, None) == value for c in calls[1:])
-    }
-    numbers: dict[str, list[tuple[int, Any]]] = {}
-    for name, line, value in first.numbers:
-        numbers.setdefault(name, []).append((line, value))
-    shapes: dict[str, tuple[int | None, ...]] = {}
-    for name, var in first.args:  # per axis: the size every call had, else None
-        shape = list(getattr(getattr(var, "aval", None), "shape", ()))
-        for call in calls[1:]:
-            other = [tuple(getattr(getattr(v, "aval", None), "shape", ())) for n, v in call.args if n == name]
-            if not other or len(other[0]) != len(shape):
-                shape = []
-                break
-            shape = [a if a == b else None for a, b in zip(shape, other[0])]
-        if shape:
-            shapes[name] = tuple(shape)
-    return _Def(function, attributes, first.module_path or "", first.module_type or "", numbers, shapes)
-
-
 # -- the literals of one def --------------------------------------------------------------------------
 
 
-def _name_literals(owner: _Def, fields: Fields) -> None:
+def _name_literals(owner: Owner, fields: Fields) -> None:
     function = owner.function
     torch_params = set(torch_source.parameters(function.calls[0].file, function.calls[0].line))
     holders = [(s, s.value, s.site) for s in _statements(function.body)]
@@ -128,7 +75,7 @@ def _name_literals(owner: _Def, fields: Fields) -> None:
             expression = _expression(at)
             if expression is None:
                 continue
-            reader = _Reader(owner, fields, at.line, torch_params)
+            reader = Reader(owner, fields, at.line, torch_params)
             choice = _choose(reader, expression, parent, node, at)
             choice = choice or _attention_scale(owner, expression, value, node)
             if choice is None:
@@ -138,7 +85,7 @@ def _name_literals(owner: _Def, fields: Fields) -> None:
                 _define(owner, function, statement, name, _renamed(expr, owner.defined))
             fields.register(owner, choice.expr)
             expr = _renamed(choice.expr, owner.defined)
-            if type(_literal(node)) is float and type(choice.value) is int:  # `x ** 2.0` is not `x ** 2`
+            if type(literal(node)) is float and type(choice.value) is int:  # `x ** 2.0` is not `x ** 2`
                 expr = ast.Call(named("float"), [expr], [])
             put(parent, attr, index, expr)
 
@@ -215,17 +162,9 @@ def _expression(site: Any) -> ast.expr | None:
     return _EXPRESSIONS[site]
 
 
-def _literal(node: ast.AST) -> Any:
-    """The number a literal (`8`, `-1`) writes; None for anything else."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
-        value = node.operand.value
-        return -value if type(value) in (int, float) else None
-    return node.value if isinstance(node, ast.Constant) else None
-
-
-def _choose(reader: _Reader, expression: ast.expr, parent: ast.AST, node: ast.AST, site: Any) -> Named | None:
+def _choose(reader: Reader, expression: ast.expr, parent: ast.AST, node: ast.AST, site: Any) -> Named | None:
     """The named number the literal `node` is, by the torch expression it came from."""
-    value = _literal(node)
+    value = literal(node)
     aligned, positional = _positional(reader, expression, parent, node)
     if aligned:
         return positional
@@ -237,22 +176,22 @@ def _choose(reader: _Reader, expression: ast.expr, parent: ast.AST, node: ast.AS
     while todo:
         sub = todo.pop()
         found = reader.read(sub)
-        if found is not None and _reads_config(found.expr) and _same(found.value, value):
+        if found is not None and reads_config(found.expr) and same(found.value, value):
             matches.setdefault(ast.dump(found.expr), found)
             continue
-        totals = [t for t in reader.sums(sub) if _same(t.value, value)]
+        totals = [t for t in reader.sums(sub) if same(t.value, value)]
         for total in totals:
             matches.setdefault(ast.dump(total.expr), total)
         if not totals:
             todo += list(ast.iter_child_nodes(sub))
     if not matches and isinstance(parent, (ast.Call, ast.BinOp)) and _passes_self(expression):
         for path, number in reader.owner.attributes.items():
-            if "." not in path and type(number) in (int, float) and _same(number, value):
+            if "." not in path and type(number) in (int, float) and same(number, value):
                 matches.setdefault(path, Named(number, reader.fields.node(reader.owner, path)))
     return next(iter(matches.values())) if len(matches) == 1 else None
 
 
-def _attention_scale(owner: _Def, expression: ast.expr, value: ast.expr, node: ast.AST) -> Named | None:
+def _attention_scale(owner: Owner, expression: ast.expr, value: ast.expr, node: ast.AST) -> Named | None:
     """torch's `F.scaled_dot_product_attention(q, k, v)` scales by `1 / sqrt(q.size(-1))` when no
     `scale=` is given: `q.shape[-1] ** -0.5`, where that is the literal in float32 and `q` is
     the one value of that torch name the statement reads."""
@@ -275,8 +214,8 @@ def _attention_scale(owner: _Def, expression: ast.expr, value: ast.expr, node: a
     if len(ids) != 1 or len(sizes) != 1 or None in sizes:
         return None
     (size,) = sizes
-    literal = _literal(node)
-    if type(literal) is not float or not (_same(1 / math.sqrt(size), literal) and _same(size**-0.5, literal)):
+    traced = literal(node)
+    if type(traced) is not float or not (same(1 / math.sqrt(size), traced) and same(size**-0.5, traced)):
         return None
     shape = ast.Subscript(ast.Attribute(named(ids.pop()), "shape", ast.Load()), ast.Constant(-1), ast.Load())
     return Named(size**-0.5, ast.BinOp(shape, ast.Pow(), ast.Constant(-0.5)))
@@ -291,17 +230,8 @@ def _passes_self(expression: ast.expr) -> bool:
     )
 
 
-def _same(number: Any, literal: Any) -> bool:
-    """`number` (as torch computed it) is the literal: equal, or equal once rounded to float32."""
-    if type(number) not in (int, float) or type(number) is bool:
-        return False
-    if type(literal) is int:
-        return type(number) is int and number == literal
-    return float(number) == literal or bool(np.float32(number) == np.float32(literal))
-
-
 def _positional(
-    reader: _Reader, expression: ast.expr, parent: ast.AST, node: ast.AST
+    reader: Reader, expression: ast.expr, parent: ast.AST, node: ast.AST
 ) -> tuple[bool, Named | None]:
     """In `jnp.reshape(x, (a, b, 9, 8))` for torch's `x.view(a, b, self.n_head, -1)`: whether
     the shapes line up, and the torch argument at the literal's position if it is a named one."""
@@ -312,7 +242,7 @@ def _positional(
         # `x.flatten(3)` merges every dimension from the third on: the last entry is `-1`
         end = expression.args[1] if len(expression.args) == 2 else None
         last = node is parent.elts[-1] and not _has_minus_one(parent, node)
-        if (end is None or _literal(end) == -1) and last:
+        if (end is None or literal(end) == -1) and last:
             return True, Named(-1, ast.UnaryOp(ast.USub(), ast.Constant(1)))
         return True, None
     if not isinstance(func, ast.Attribute) or func.attr not in _RESHAPES:
@@ -332,7 +262,7 @@ def _positional(
                 return True, Named(-1, ast.UnaryOp(ast.USub(), ast.Constant(1)))
         return True, None
     found = reader.read(torch_item)
-    if found is None or not _reads_config(found.expr) or not _same(found.value, _literal(node)):
+    if found is None or not reads_config(found.expr) or not same(found.value, literal(node)):
         return True, None
     return True, found
 
@@ -340,170 +270,10 @@ def _positional(
 def _has_minus_one(shape: ast.Tuple, node: ast.AST) -> bool:
     """Another entry of the shape is already `-1` (a reshape takes one)."""
     others = [e for e in shape.elts if e is not node]
-    return any(isinstance(e, (ast.Constant, ast.UnaryOp)) and _literal(e) == -1 for e in others)
+    return any(isinstance(e, (ast.Constant, ast.UnaryOp)) and literal(e) == -1 for e in others)
 
 
-class _Reader:
-    """Torch expressions of one line evaluated on the evidence: the module's attributes, the
-    locals the line's function bound to numbers before it, the shapes of the def's arguments."""
-
-    def __init__(self, owner: _Def, fields: Fields, line: int, torch_params: set[str]) -> None:
-        self.owner = owner
-        self.fields = fields
-        self.line = line
-        self.torch_params = torch_params
-
-    def read(self, node: ast.AST, depth: int = 0) -> Named | None:
-        if depth > 8:
-            return None
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-            return Named(node.value, ast.Constant(node.value))
-        path = _self_path(node)
-        if path is not None:
-            if path in self.owner.attributes and type(self.owner.attributes[path]) in (int, float):
-                return Named(self.owner.attributes[path], self.fields.node(self.owner, path))
-            return None
-        if isinstance(node, ast.Name):
-            return self._local(node.id, depth)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            left, right = self.read(node.left, depth + 1), self.read(node.right, depth + 1)
-            if left is None or right is None:
-                return None
-            try:
-                value = _OPS[type(node.op)](left.value, right.value)
-            except (ArithmeticError, ValueError, OverflowError):
-                return None
-            return Named(value, ast.BinOp(left.expr, node.op, right.expr), left.locals + right.locals)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = self.read(node.operand, depth + 1)
-            if inner is None:
-                return None
-            return Named(-inner.value, ast.UnaryOp(ast.USub(), inner.expr), inner.locals)
-        if isinstance(node, ast.Subscript):
-            return self._subscript(node, depth)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size":
-            if len(node.args) == 1 and not node.keywords:
-                index = self.read(node.args[0], depth + 1)
-                if index is not None and not _reads_config(index.expr):
-                    return self._shape(node.func.value, index.value)
-        return None
-
-    def _subscript(self, node: ast.Subscript, depth: int) -> Named | None:
-        index = self.read(node.slice, depth + 1)
-        if index is None or type(index.value) is not int or _reads_config(index.expr):
-            return None
-        holder = node.value
-        if isinstance(holder, ast.Attribute) and holder.attr == "shape":
-            return self._shape(holder.value, index.value)
-        path = _self_path(holder)
-        if path is not None and type(self.owner.attributes.get(path)) in (tuple, list):
-            values = self.owner.attributes[path]
-            if -len(values) <= index.value < len(values):
-                holder_node = self.fields.node(self.owner, path)
-                return Named(values[index.value], ast.Subscript(holder_node, index.expr))
-        return None
-
-    def _shape(self, holder: ast.AST, axis: int) -> Named | None:
-        """`x.shape[-1]` of a tensor argument the def takes under torch's name."""
-        if not isinstance(holder, ast.Name) or holder.id not in self.torch_params:
-            return None
-        shape = self.owner.shapes.get(holder.id)
-        first = self.owner.function.calls[0]
-        if any(name == holder.id and line < self.line for name, line, _ in first.bindings):
-            return None  # torch rebound it before this line: not the argument any more
-        if shape is None or holder.id not in self.owner.function.params:
-            return None
-        if not -len(shape) <= axis < len(shape):
-            return None
-        if shape[axis] is None:
-            return None
-        return Named(shape[axis], ast.Subscript(ast.Attribute(named(holder.id), "shape", ast.Load()),
-                                                ast.Constant(axis), ast.Load()))
-
-    def _local(self, name: str, depth: int) -> Named | None:
-        """A local the function bound to a number before this line, from attributes alone."""
-        bound = [(line, value) for line, value in self.owner.numbers.get(name, ()) if line < self.line]
-        if not bound or type(bound[-1][1]) not in (int, float):
-            return None
-        line, value = bound[-1]
-        right = _assigned(self.owner.function, line, name)
-        if right is None:
-            return None
-        inner = self.read(right, depth + 1)
-        if inner is None or inner.value != value or type(inner.value) is not type(value):
-            return None
-        if not _reads_config(inner.expr):
-            return None
-        return Named(value, named(name), inner.locals + [(name, inner.expr)])
-
-    def elements(self, node: ast.AST) -> list[ast.expr] | None:
-        """The items of a shape torch passed as one tuple (literal, or a local bound to one)."""
-        if isinstance(node, (ast.Tuple, ast.List)):
-            return list(node.elts)
-        if isinstance(node, ast.Name) and self.owner.numbers.get(node.id):
-            bound = [line for line, _ in self.owner.numbers[node.id] if line < self.line]
-            right = _assigned(self.owner.function, bound[-1], node.id) if bound else None
-            if isinstance(right, (ast.Tuple, ast.List)):
-                return list(right.elts)
-        return None
-
-    def sums(self, node: ast.AST) -> list[Named]:
-        """The split points of a list of sizes (`[self.dim, kv_size, kv_size]`, `self.split_sizes`):
-        what `jnp.split` takes for torch's `split(sizes)`."""
-        out: list[Named] = []
-        path = _self_path(node)
-        if path is not None and type(self.owner.attributes.get(path)) in (tuple, list):
-            values = self.owner.attributes[path]
-            first = ast.Subscript(self.fields.node(self.owner, path), ast.Constant(0))
-            out.append(Named(values[0], first))
-            for i in range(2, len(values)):
-                upto = ast.Subscript(self.fields.node(self.owner, path), ast.Slice(None, ast.Constant(i)))
-                out.append(Named(sum(values[:i]), ast.Call(named("sum"), [upto], [])))
-            return out
-        if isinstance(node, ast.List) and len(node.elts) > 2:
-            items = [self.read(e) for e in node.elts]
-            if any(i is None for i in items):
-                return out
-            total = items[0]
-            for item in items[1 : len(items) - 1]:
-                total = Named(total.value + item.value, ast.BinOp(total.expr, ast.Add(), item.expr),
-                              total.locals + item.locals)
-                if _reads_config(total.expr):
-                    out.append(total)
-        return out
-
-
-def _self_path(node: ast.AST) -> str | None:
-    """`n_head` for `self.n_head`, `config.dim` for `self.config.dim`."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name) and node.id == "self" and parts:
-        return ".".join(reversed(parts))
-    return None
-
-
-def _reads_config(expr: ast.expr) -> bool:
-    return any(isinstance(n, (ast.Attribute, ast.Name)) for n in ast.walk(expr))
-
-
-def _assigned(function: Function, line: int, name: str) -> ast.expr | None:
-    """The right side of `name = ...` at `line` of the torch def of `function`."""
-    call = function.calls[0]
-    node = torch_source.function_at(torch_source.tree(call.file), call.line)
-    if node is None:
-        return None
-    for statement in ast.walk(node):
-        if isinstance(statement, ast.Assign) and statement.lineno <= line <= (statement.end_lineno or 0):
-            if len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name) and (
-                statement.targets[0].id == name
-            ):
-                return statement.value
-    return None
-
-
-def _define(owner: _Def, function: Function, before: Statement | None, name: str, expr: ast.expr) -> None:
+def _define(owner: Owner, function: Function, before: Statement | None, name: str, expr: ast.expr) -> None:
     """`name = expr` in the def, before the first statement reading it (once)."""
     if name in owner.defined:
         return

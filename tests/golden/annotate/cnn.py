@@ -60,7 +60,7 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         features = self.global_pool(x).flatten(1)
-        # features = jnp.reshape(jnp.mean(x, axis=(3, 2), keepdims=True), (2, 32))
+        # features = jnp.reshape(jnp.mean(x, axis=(3, 2), keepdims=True), (2, -1))
         return self.fc(features)
         # return features @ params["fc"]["weight"].T + params["fc"]["bias"]
 

@@ -67,7 +67,7 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.mean(x_1, axis=(3, 2), keepdims=True), (x.shape[0], 32))
+    features = jnp.reshape(jnp.mean(x_1, axis=(3, 2), keepdims=True), (x.shape[0], -1))
     return features @ params["fc"]["weight"].T + params["fc"]["bias"]
 
 

@@ -13,6 +13,10 @@ Call it:
     params, state = load_params(model)  # the torch module, or its state_dict
     outputs, new_state = forward(params, state, idx, input_pos)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `layers.0.feed_forward.w1.weight` is
 `params["layers"][0]["feed_forward"]["w1"]["weight"]`.
@@ -41,9 +45,9 @@ STATE_BUFFERS = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """The torch modules' attributes the defs read (`config.n_head` for `self.n_head`),
-    as the traced model had them. `config_from(model)` reads them from a torch module;
-    `dataclasses.replace(Config(), n_head=...)` changes one."""
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.eps` for `self.eps`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), eps=...)` changes one."""
 
     eps: float = 1e-05
     split_sizes: tuple = (64, 32, 32)
@@ -149,7 +153,7 @@ def apply_rotary_emb(x, freqs_cis):
     cos = freqs_cis[:, None, :, 0]
     sin = freqs_cis[:, None, :, 1]
     rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)
-    return jnp.reshape(rotated, (*x.shape[:3], 16))
+    return jnp.reshape(rotated, (*x.shape[:3], -1))
 
 
 def kv_cache_update(state, input_pos, k_val, v_val):

@@ -13,6 +13,10 @@ Call it:
     params = load_params(model)  # the torch module, or its state_dict
     outputs = forward(params, x)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `experts.0.w1.weight` is `params["experts"][0]["w1"]["weight"]`.
 
@@ -29,9 +33,9 @@ from jax import lax
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """The torch modules' attributes the defs read (`config.n_head` for `self.n_head`),
-    as the traced model had them. `config_from(model)` reads them from a torch module;
-    `dataclasses.replace(Config(), n_head=...)` changes one."""
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.top_k` for `self.top_k`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), top_k=...)` changes one."""
 
     top_k: int = 2
 
