@@ -118,8 +118,9 @@ def _resolved(
 
 
 def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
-    """The module's numbers by attribute path: its own (`n_head`, `eps`, `split_sizes`) and those
-    of a plain object it keeps (`config.num_attention_heads`); never tensors, modules or bools."""
+    """The module's numbers by attribute path: its own (`n_head`, `eps`, `split_sizes`), those of
+    a plain object it keeps (`config.num_attention_heads`) and of its children (`ln_1.eps`);
+    never tensors or bools."""
     found: dict[str, Any] = {}
     for name, value in vars(receiver).items():
         if _number(value):
@@ -130,6 +131,9 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
             except TypeError:
                 continue
             found.update({f"{name}.{k}": v for k, v in inner.items() if _number(v)})
+    for name, child in receiver._modules.items():  # a child's, which library code may read (`ln_1.eps`)
+        if child is not None:
+            found.update({f"{name}.{k}": v for k, v in vars(child).items() if _number(v)})
     return found
 
 

@@ -31,7 +31,16 @@ from typing import Any
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Define, Function, Keyword, Loop, Program, Statement, fold_of, named
 from jaxside.render.lower.config import ConfigField, Fields, thread_config
-from jaxside.render.lower.evidence import Named, Owner, Reader, literal, owner_of, reads_config, same
+from jaxside.render.lower.evidence import (
+    Named,
+    Owner,
+    Reader,
+    literal,
+    owner_of,
+    reads_config,
+    same,
+    self_path,
+)
 from jaxside.render.lower.places import put
 
 _NOT_CONFIG_KEYWORDS = frozenset({"axis", "axes", "dimension", "keepdims", "dtype"})
@@ -184,9 +193,11 @@ def _choose(reader: Reader, expression: ast.expr, parent: ast.AST, node: ast.AST
             matches.setdefault(ast.dump(total.expr), total)
         if not totals:
             todo += list(ast.iter_child_nodes(sub))
-    if not matches and isinstance(parent, (ast.Call, ast.BinOp)) and _passes_self(expression):
+    prefix = _handed(expression) if not matches and isinstance(parent, (ast.Call, ast.BinOp)) else None
+    if prefix is not None:
         for path, number in reader.owner.attributes.items():
-            if "." not in path and type(number) in (int, float) and same(number, value):
+            own = path.startswith(prefix) and "." not in path[len(prefix) :]
+            if own and type(number) in (int, float) and math.isfinite(number) and same(number, value):
                 matches.setdefault(path, Named(number, reader.fields.node(reader.owner, path)))
     return next(iter(matches.values())) if len(matches) == 1 else None
 
@@ -221,13 +232,19 @@ def _attention_scale(owner: Owner, expression: ast.expr, value: ast.expr, node: 
     return Named(size**-0.5, ast.BinOp(shape, ast.Pow(), ast.Constant(-0.5)))
 
 
-def _passes_self(expression: ast.expr) -> bool:
-    """The line hands its module to another function (`attention_interface(self, q, k, v)`),
-    which reads the module's attributes where the trace does not watch (library code)."""
-    return any(
-        isinstance(n, ast.Call) and any(isinstance(a, ast.Name) and a.id == "self" for a in n.args)
-        for n in ast.walk(expression)
-    )
+def _handed(expression: ast.expr) -> str | None:
+    """Whose numbers library code read on this line, where the trace does not watch: the module's
+    own (`""`) where the line hands it to a function (`attention_interface(self, q, k, v)`
+    reads `module.num_key_value_groups`), a child's (`"ln_1."`) where the line calls a child
+    module of library code (`self.ln_1(x)`: `nn.LayerNorm` reads its `eps`)."""
+    if isinstance(expression, ast.Call):
+        child = self_path(expression.func)
+        if child is not None and "." not in child:
+            return child + "."
+    for node in ast.walk(expression):
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "self" for a in node.args):
+            return ""
+    return None
 
 
 def _positional(

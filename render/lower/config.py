@@ -166,14 +166,16 @@ class ConfigField:
     value: Any
     module_path: str
     attribute: str
+    module_type: str = ""
     nodes: list[ast.Attribute] = field(default_factory=list)
 
 
 class Fields:
-    """The `Config` being built: one field per attribute path and value, named after the path."""
+    """The `Config` being built: one field per attribute name and value (the `eps` of every norm
+    is one field), named after the attribute."""
 
     def __init__(self) -> None:
-        self.fields: dict[tuple[str, str, Any], ConfigField] = {}
+        self.fields: dict[tuple[str, str], ConfigField] = {}
 
     @staticmethod
     def node(owner: Any, path: str) -> ast.Attribute:
@@ -192,10 +194,11 @@ class Fields:
         value = owner.attributes[path]
         if type(value) is list:
             value = tuple(value)
-        key = (owner.module_type, path, repr(value))
-        found = self.fields.get(key)
+        name = path.rsplit(".", 1)[-1]
+        found = self.fields.get((name, repr(value)))
         if found is None:
-            found = self.fields[key] = ConfigField(path.rsplit(".", 1)[-1], value, owner.module_path, path)
+            found = ConfigField(name, value, owner.module_path, path, owner.module_type)
+            self.fields[(name, repr(value))] = found
         if owner.config is None:
             owner.config = owner.function.scope.fresh("config", "argument")
         node.value = named(owner.config)
@@ -203,14 +206,14 @@ class Fields:
         found.nodes.append(node)
 
     def declared(self, classes: dict[str, str]) -> list[ConfigField]:
-        """The fields, in order of first use, a name taken twice prefixed by its class."""
+        """The fields, in order of first use; a name with two values prefixed by its class."""
         fields = list(self.fields.values())
         counts: dict[str, int] = {}
         for f in fields:
             counts[f.name] = counts.get(f.name, 0) + 1
-        for key, f in self.fields.items():
+        for f in fields:
             if counts[f.name] > 1:
-                f.name = f"{classes.get(key[0], key[0].lower())}_{f.name}"
+                f.name = f"{classes.get(f.module_type, f.module_type.lower())}_{f.name}"
         seen: dict[str, int] = {}
         for f in fields:  # still twice (one class, two values): numbered
             seen[f.name] = seen.get(f.name, 0) + 1
