@@ -125,10 +125,10 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     for name, value in vars(receiver).items():
         if _number(value):
             found[name] = value
-        elif hasattr(value, "__dict__") and not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
+        elif not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
             try:
-                inner = vars(value)
-            except TypeError:
+                inner = dict(vars(value))
+            except Exception:  # no `__dict__` (or an odd `__getattr__`): nothing of it is read by path
                 continue
             found.update({f"{name}.{k}": v for k, v in inner.items() if _number(v)})
     for name, child in receiver._modules.items():  # a child's, which library code may read (`ln_1.eps`)

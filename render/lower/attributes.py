@@ -12,9 +12,12 @@ is the literal's (in the literal's dtype: a float is the attribute rounded as to
 and no other name that expression reads gives the same value; where two do, the position decides
 (the third argument of `view` is the third entry of the shape). A local made only of attributes
 (`kv_size = self.n_local_heads * self.head_dim`) is written in the def as torch wrote it, read
-from the config. Where torch wrote `-1` in a shape, the reshape writes `-1`; where it read a
-size from a shape (`x.shape[-1] // 2`), so does the def. The numbers are the same Python
-numbers, so the def stages the very same equations.
+from the config. Where library code reads the numbers out of sight (the line hands `self` to a
+function, or calls a child module of torch's: `self.ln_1(x)` and its `eps`), a literal exactly
+one of that module's numbers gives is that number. Where torch wrote `-1` in a shape (or
+`flatten`), the reshape writes `-1`; where it read a size from a shape (`x.shape[-1] // 2`,
+and `q.shape[-1] ** -0.5` for the scale `scaled_dot_product_attention` computes), so does the
+def. The numbers are the same Python numbers, so the def stages the very same equations.
 
 Each def that reads the config, or calls one that does, takes it as a keyword-only `config`;
 the entry defaults it to `Config()` (the traced model's values), and `config_from(model)` reads
