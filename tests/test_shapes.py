@@ -237,7 +237,7 @@ def test_blocks_of_other_widths_share_a_def():
     module, program = export(model, torch.randn(2, 3, 16, 16))
     blocks = [f for f in program.functions if f.calls[0].function == "BasicBlock.forward"]
     (block,) = blocks  # with a downsample and without: one def, the downsample under a flag
-    assert len(block.calls) == 6 and [k.name for k in block.keywords] == ["stride", "downsample"]
+    assert len(block.calls) == 6 and [k.name for k in block.keywords] == ["stride", "downsample", "config"]
     text = render_program(program, source="test")
     # Batch norm's statistics as `v[:, None, None]`: no block's width is written anywhere (it was
     # `jnp.reshape(v, (1, x.shape[1] * 2, 1, 1))` in a downsampling block).
