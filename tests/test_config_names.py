@@ -133,10 +133,15 @@ OTHER = {"fast": dict(heads=4, kv_heads=2, width=64), "hf": dict(heads=4, kv_hea
 
 
 @functools.cache
-def exported(kind: str) -> tuple[nn.Module, Any, Any, str]:
+def traced(kind: str) -> tuple[nn.Module, Any, Any]:
     model = BUILDERS[kind]()
     idx = torch.randint(0, 101, (2, 8), generator=torch.Generator().manual_seed(0))
-    trace = Capture()(model, idx)
+    return model, idx, Capture()(model, idx)
+
+
+@functools.cache
+def exported(kind: str) -> tuple[nn.Module, Any, Any, str]:
+    model, idx, trace = traced(kind)
     program = lower(trace, lambda resize: Capture(resize=resize)(model, idx))
     text = render_program(program, source="test")
     return model, idx, program, text
@@ -237,9 +242,10 @@ def test_a_number_that_only_equals_an_attribute_stays_a_literal():
 
     torch.manual_seed(0)
     model, x = Scaled(), torch.randn(4, 4)
-    text = render_program(lower(Capture()(model, x)), source="test")
+    program = lower(Capture()(model, x))
+    text = render_program(program, source="test")
     assert "(2, 8)" in text and "* 8.0 + float(config.head_dim)" in text
-    assert check(load_module(text), lower(Capture()(model, x)), model, (x,), {})[0].ok
+    assert check(load_module(text), program, model, (x,), {})[0].ok
 
 
 @pytest.mark.parametrize("kind", ["fast", "hf"])
@@ -247,11 +253,10 @@ def test_names_stage_the_same_bits_under_jit(kind, monkeypatch):
     """The export with config names computes bit for bit what the one with literals does."""
     import jaxside.render.lower.pipeline as pipeline
 
-    model, idx, _, named_text = exported(kind)
+    model, idx, trace = traced(kind)  # at the traced sizes: the names are all that differs
+    named_text = render_program(lower(trace), source="test")
     monkeypatch.setattr(pipeline, "name_config", lambda program, class_names: [])
-    trace = Capture()(model, idx)
-    program = lower(trace, lambda resize: Capture(resize=resize)(model, idx))
-    literal_text = render_program(program, source="test")
+    literal_text = render_program(lower(trace), source="test")
     assert "Config" not in literal_text and "config.head_dim" in named_text
     outputs = []
     for text in (named_text, literal_text):
