@@ -56,6 +56,8 @@ class Owner:
 
 
 def owner_of(function: Function) -> Owner | None:
+    """The evidence of a def's calls: the attributes every call's module had alike, the first
+    call's numeric locals, and per argument the sizes every call had."""
     calls = function.calls
     first = calls[0]
     attributes = {
@@ -93,7 +95,14 @@ def same(number: Any, literal: Any) -> bool:
         return False
     if type(literal) is int:
         return type(number) is int and number == literal
-    return float(number) == literal or bool(np.float32(number) == np.float32(literal))
+    try:
+        number = float(number)
+    except OverflowError:  # an int beyond any float: no literal of a float op
+        return False
+    if number == literal:
+        return True
+    finite = abs(number) < 3.0e38 and abs(literal) < 3.0e38  # no overflow casting to float32
+    return finite and bool(np.float32(number) == np.float32(literal))
 
 
 class Reader:
