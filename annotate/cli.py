@@ -1,6 +1,6 @@
 """Command line: ``annotate FILE [--entry EXPR] [--inputs EXPR] [--kwargs EXPR] [--setup STMTS]
 [--export] [-o PATH] [--check]`` and the flags in `build_parser`; ``annotate review`` is
-`annotate.review`.
+`annotate.review`. Which outputs one run writes, and where: `annotate.results`.
 
 Status and progress go to stderr (`annotate.status`); the annotated file or the exported module
 to stdout unless ``-o``, as bytes in FILE's own encoding and newlines. Exit codes: 0 ok, 1
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import sys
 from collections.abc import Iterator, Sequence
@@ -20,15 +21,20 @@ from typing import Any, NoReturn
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.command import add_common, run_command
-from jaxside.annotate.errors import EXIT_OK, Context, Failure, UserCodeRaised
-from jaxside.annotate.output import check_target, emit, write
+from jaxside.annotate.errors import Context, Failure, UserCodeRaised
+from jaxside.annotate.files import imported_beside
+from jaxside.annotate.noise import library_warnings
+from jaxside.annotate.results import MAIN, check_outputs, write_results
 from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
 
 EPILOG = """\
-output: stdout carries only the result (the annotated file in FILE's encoding and newline style,
-  or the module); status, progress, your code's prints and errors go to stderr.
+output: stdout carries only the result (the annotated file in its encoding and newline style,
+  or the module); status, progress, your code's prints and errors go to stderr. The annotated
+  file is FILE, or when FILE's own lines made no JAX (an example() importing the model) the file
+  with most lines that did; a note on stderr names the others (--file NAME, -o DIR/ for all).
+  One run writes every output asked for: --export -o m.py --html v.html --json map.json --check.
 errors: one line, "error: FILE:LINE: what happened; what to do"; --debug adds the traceback.
 exit codes: 0 ok, 1 --check found a mismatch, 2 bad usage or input, 3 your code raised or cannot
   be traced, 123 internal error (a jaxside bug), 130 interrupted (Ctrl-C; nothing is written).
@@ -42,6 +48,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise Failure(message, "see annotate --help")
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        options = super().parse_args(args, namespace)
+        if options.file is None and isinstance(options.json, str):  # `annotate --json model.py`
+            options.file, options.json = options.json, MAIN
+        if options.file is None:
+            self.error("the following arguments are required: FILE")
+        return options
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
@@ -51,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
-    add("file", metavar="FILE", help="the torch model file (never modified); - reads it from stdin")
+    add("file", metavar="FILE", nargs="?", help="the torch model file (never modified); - reads it from "
+        "stdin")
     add("--entry", metavar="EXPR", help="what to trace: a function or module, as an expression in "
         "FILE's namespace with torch imported (default: FILE's example())")
     add("--inputs", metavar="EXPR", help="positional inputs: a tuple expression (anything else is the "
@@ -61,15 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound to the "
         "entry, e.g. 'model.setup_caches(1, 64)'")
     add("--export", action="store_true", help="write a structured JAX module instead of comments")
-    add("--json", action="store_true", help="write the torch line -> JAX statements map as JSON instead "
-        "of comments: each value's origin, shape and dtype (schema in docs/usage.md)")
+    add("--json", metavar="PATH", nargs="?", const=MAIN, help="the torch line -> JAX statements map as "
+        "JSON, every traced file's lines: each value's origin, shape and dtype (schema in docs/usage.md); "
+        "bare, instead of comments; with a PATH, written there beside the other outputs")
     add("-o", "--output", metavar="PATH", help="write the result here instead of stdout (- is stdout); "
         "only if it changed, never FILE itself, and an existing file annotate did not write only "
-        "with --force")
+        "with --force; a directory (DIR/) gets an annotated copy of every file whose code made JAX")
+    add("--file", dest="file_name", metavar="NAME", help="show the comments of this traced file (a "
+        "name or path; default: FILE if its lines made JAX, else the file with most lines that did)")
     add("--force", action="store_true", help="let -o and --html replace an existing file that annotate "
         "did not write")
     add("--check", action="store_true", help="run the exported module and compare it with torch "
-        "(at the example inputs, and at other sizes where the export is generic)")
+        "(at the example inputs, and at other sizes where the export is generic); without --export, "
+        "beside the comments (or the other outputs asked for)")
     add("--static-shapes", action="store_true", help="write every size as traced, not as expressions "
         "of the inputs' shapes (one extra trace per set of sizes fewer)")
     add("--rtol", type=float, default=None, metavar="X", help="relative tolerance for --check")
@@ -77,11 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--abstract", action="store_true", help="build the entry on the meta device and trace shapes "
         "only: no weight is allocated (a 70B model on a laptop)")
     add("--shapes", action="store_true", help="show each value's shape and dtype in the comments")
-    add("--html", metavar="PATH", help="also write a side-by-side HTML view to PATH (alone, without "
-        "--export or -o, only the HTML is written)")
+    add("--html", metavar="PATH", help="also write a side-by-side HTML view to PATH (without -o, "
+        "--export or a bare --json, only the HTML and --json PATH are written)")
     add("--watch", metavar="PATH_OR_MODULE", action="append", default=[], help="also record this "
         "file, directory or module as user code (repeatable)")
     add_common(parser)
+    # FILE is optional to argparse only so that `annotate --json model.py` still reads model.py as FILE.
+    parser.usage = parser.format_usage().removeprefix("usage: ").replace(" [FILE]", " FILE").strip()
     return parser
 
 
@@ -110,13 +131,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         import jax  # noqa: F401
         import torch  # noqa: F401
 
-        from jaxside.annotate.loading import (
-            defined_names,
-            find_entry,
-            load_file,
-            namespace_of,
-            source_encoding,
-        )
+        from jaxside.annotate.loading import defined_names, find_entry, load_file, namespace_of
         from jaxside.tracing import Capture, CaptureError, user_code
 
     file = str(Path(options.file).resolve())
@@ -126,49 +141,37 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         status.phase(f"importing {Path(options.shown_file).name}")
         watch = [file]
         context.is_user_file = user_code(None, watch)
+        before = set(sys.modules)
         module = load_file(options.file)
         context.defined = defined_names(namespace_of(module))
-        watch += [_resolve_watch(item) for item in options.watch]
+        watch += imported_beside(before, file) + [_resolve_watch(item) for item in options.watch]
         interrupts.check()
         status.phase("building the model and its inputs")
         entry = find_entry(module, options, abstract=options.abstract)
         context.is_user_file = user_code(entry.fn, watch)
+        # The engines' warnings dropped from here on; what they say about the user's code said once.
+        quiet = functools.partial(library_warnings, context.is_user_file, status.say, set())
         status.modules = _module_positions(entry.fn)
         interrupts.check()
         status.phase(f"tracing {_name(entry.fn)}")
         capture = Capture(watch=watch, abstract=options.abstract, progress=status.progress)
         try:
-            trace = capture(entry.fn, *entry.args, **entry.kwargs)
+            with quiet():
+                trace = capture(entry.fn, *entry.args, **entry.kwargs)
         except CaptureError:
             raise
         except (Exception, SystemExit) as error:
             raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
     interrupts.check()
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
-    code = EXIT_OK
-    if options.export or options.check:
-        from jaxside.annotate.export import run
-
-        retrace = None
-        if not options.static_shapes:
-            def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
-                again = Capture(watch=watch, abstract=options.abstract, resize=resize)
-                with contextlib.redirect_stdout(sys.stderr):
-                    return again(entry.fn, *entry.args, **entry.kwargs)
-        code = run(options, entry, trace, retrace)
-    elif options.json:
-        from jaxside.render.json import to_json
-
-        emit(to_json(trace), options)
-    elif not options.html or options.output:
-        from jaxside.render.comments import annotate_file
-
-        emit(annotate_file(trace, file, shapes=options.shapes), options, encoding=source_encoding(file))
-    if options.html:
-        from jaxside.render.html import side_by_side
-
-        write(side_by_side(trace, file, shapes=options.shapes), options.html, options, "--html")
-    return code
+    retrace = None
+    if (options.export or options.check) and not options.static_shapes:
+        def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
+            again = Capture(watch=watch, abstract=options.abstract, resize=resize)
+            with contextlib.redirect_stdout(sys.stderr), quiet():
+                return again(entry.fn, *entry.args, **entry.kwargs)
+    with quiet():
+        return write_results(options, trace, entry, retrace, status.say)
 
 
 def _module_positions(fn: Any) -> dict[str, int]:
@@ -199,8 +202,6 @@ def _check_options(options: argparse.Namespace) -> None:
     from jaxside.annotate.loading import check_source
 
     check_source(options.file)
-    if options.json and (options.export or options.check):
-        raise Failure("--json writes the line map, --export and --check the module", "give one of them")
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")
@@ -208,15 +209,7 @@ def _check_options(options: argparse.Namespace) -> None:
         value = getattr(options, name)
         if value is not None and not value >= 0:
             raise Failure(f"--{name} must be a number >= 0, not {value}", f"e.g. --{name} 1e-5")
-    if options.output == "-" and options.html == "-":
-        raise Failure("-o - and --html - both want stdout", "write one of them to a file")
-    if (options.output and options.html and options.output != "-"
-            and Path(options.output).resolve() == Path(options.html).resolve()):
-        raise Failure("-o and --html name the same file", "give them different paths",
-                      file=options.output)
-    for flag, path in (("-o", options.output), ("--html", options.html)):
-        if path and path != "-":
-            check_target(path, options, flag)
+    check_outputs(options)
 
 
 def _resolve_watch(item: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import re
 import sys
@@ -45,18 +46,27 @@ def run(
     comparisons = check(
         module, program, entry.fn, entry.args, entry.kwargs, rtol=options.rtol, atol=options.atol
     )
+    unwritten = "" if getattr(options, "export", True) else "; not written: --export -o PATH keeps it"
     print(
         f"annotate: --check: the export against torch eager on the example inputs "
-        f"({'model weights' if program.takes_params else 'no weights'}):",
+        f"({'model weights' if program.takes_params else 'no weights'}{unwritten}):",
         file=sys.stderr,
     )
     for comparison in comparisons:
         print(comparison.line(), file=sys.stderr)
-    again = other_shape(program, entry.fn, entry.args, entry.kwargs)
-    if again is not None:  # a generic export: at another shape too
+    for larger in (False, True):  # a generic export: at a smaller and a larger shape too
+        again = other_shape(program, entry.fn, entry.args, entry.kwargs, larger=larger)
+        if again is None:
+            continue
         args, kwargs, where = again
+        which = "a larger" if larger else "a smaller"
+        refused = None if program.takes_state else torch_refusal(entry.fn, args, kwargs)
+        if refused is not None:  # sizes the torch code refuses are no sizes the export must take
+            print(f"annotate: --check: not at {which} shape ({where}): torch eager raised {refused}",
+                  file=sys.stderr)
+            continue
         more = check(module, program, entry.fn, args, kwargs, rtol=options.rtol, atol=options.atol)
-        print(f"annotate: --check: and at another shape ({where}):", file=sys.stderr)
+        print(f"annotate: --check: and at {which} shape ({where}):", file=sys.stderr)
         for comparison in more:
             print(comparison.line(), file=sys.stderr)
         comparisons += more
@@ -77,6 +87,19 @@ def run(
         )
         return EXIT_MISMATCH
     return EXIT_OK
+
+
+def torch_refusal(fn: Any, args: tuple, kwargs: dict) -> str | None:
+    """The first line of what torch eager raises on these inputs (a model without state: running
+    it changes nothing; the inputs copied, as a cache passed in is updated in place), or None
+    when it runs."""
+    try:
+        args, kwargs = copy.deepcopy((args, kwargs))
+        with torch.no_grad():
+            fn(*args, **kwargs)
+    except Exception as error:
+        return f"{type(error).__name__}: " + (str(error).strip().splitlines() or [""])[0][:100]
+    return None
 
 
 def load_module(text: str, name: str = "jaxside_export") -> types.ModuleType:

@@ -180,6 +180,7 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
 def _load_port(path: str) -> Any:
     """Import the port; a framework it needs that is missing is bad input, said in one line."""
     from jaxside.annotate.errors import UserCodeRaised
+    from jaxside.annotate.installed import pip_install
     from jaxside.annotate.loading import load_file
     from jaxside.annotate.review_frameworks import FRAMEWORKS
 
@@ -192,7 +193,7 @@ def _load_port(path: str) -> Any:
             raise
         file = str(Path(path).resolve())
         frames = [f for f in _frames(error.__traceback__) if str(Path(f.tb_frame.f_code.co_filename)) == file]
-        raise Failure(f"needs {root}, which is not installed", f"pip install 'jaxside[review]' (or {root})",
+        raise Failure(f"needs {root}, which is not installed", f"{pip_install('review')} (or {root})",
                       file=path, line=frames[-1].tb_lineno if frames else None) from None
 
 

@@ -1,10 +1,13 @@
-"""`--check` at another shape: the example inputs resized where the export's sizes are generic.
+"""`--check` at other shapes: the example inputs resized where the export's sizes are generic.
 
-Every set of generic argument dimensions is doubled (sets shared with state buffers, a KV cache's
-batch, stay as traced: the model's buffers have their size). Float tensors get new random values,
-a range of positions (`torch.arange(8)`) the longer range, other tensors their values repeated
-along the longer dimensions, so indices stay valid. A cache passed in (a `DynamicCache`) is
-copied with its tensors resized, as the capture lays them out (`past_key_values['layers'][0]['keys']`).
+At a larger shape every set of generic argument dimensions is doubled (one whose traced size is its
+largest, a sequence traced at `block_size`, stays); at a smaller one each set goes to the first
+of `smaller` (halved; a set traced at 2 or less stays). Sets shared with state
+buffers (a KV cache's batch) stay as traced: the model's buffers have their size. Float tensors
+get new random values, a range of positions (`torch.arange(8)`) the longer or shorter range,
+other tensors their values repeated or cut along the resized dimensions, so indices stay valid. A
+cache passed in (a `DynamicCache`) is copied with its tensors resized, as the capture lays them
+out (`past_key_values['layers'][0]['keys']`).
 """
 
 from __future__ import annotations
@@ -16,19 +19,31 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from jaxside.render.ir import Program
-from jaxside.render.lower.dims import resized
+from jaxside.render.lower.dims import resized, smaller
 from jaxside.tracing import held_tensors, with_tensors
 
 
-def other_shape(program: Program, fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, str] | None:
-    """The example inputs at another shape the export takes, and what changed; None when it
-    takes no other (every size fixed, or generic only together with state)."""
+def other_shape(
+    program: Program, fn: Any, args: tuple, kwargs: dict, *, larger: bool = True
+) -> tuple[tuple, dict, str] | None:
+    """The example inputs at a larger (or smaller) shape the export takes, and what changed; None
+    when it takes none (every size fixed, generic only together with state, or nothing smaller)."""
     if program.sizes is None:
         return None
-    sets = [dims for dims in program.sizes.generic if not any(d.state for d in dims)]
+    bounded = [[str(d) for d in dims] for dims, _ in program.sizes.bounded]
+    sets, sizes = [], []
+    for dims in program.sizes.generic:
+        n = dims[0].size
+        if larger:  # a bounded set stays at its largest
+            size = n if [str(d) for d in dims] in bounded else 2 * n
+        else:
+            size = (smaller(n) or [n])[0]
+        if not any(d.state for d in dims) and size != n:
+            sets.append(dims)
+            sizes.append(size)
     if not sets:
         return None
-    shapes = resized(program.trace, sets, [2] * len(sets))
+    shapes = resized(program.trace, sets, sizes)
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     try:
         bound = inspect.signature(target).bind(*args, **kwargs)

@@ -236,6 +236,9 @@ class Sizes:
 
     generic: list[list[Dim]] = field(default_factory=list)
     fixed: list[tuple[list[Dim], str]] = field(default_factory=list)
+    bounded: list[tuple[list[Dim], str]] = field(default_factory=list)
+    """Generic sets whose traced size is their largest (a sequence traced at `block_size`), with
+    why no larger: the entry raises a `ValueError` above it."""
 
 
 @dataclass

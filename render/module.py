@@ -128,10 +128,11 @@ def _sizes(program: Program) -> list[str]:
     def listed(dims: list) -> str:
         arguments = [f"`{d}`" for d in dims if not d.state]
         buffers = [d for d in dims if d.state]
-        text = " = ".join(arguments) if arguments else f"dimension {buffers[0].axis} of state buffers"
-        if arguments and buffers:
-            count = len(buffers)
-            text += f" (and the same size in {count} state buffer{'s' if count > 1 else ''})"
+        text = " = ".join(arguments) if arguments else f"`{buffers[0]}`"
+        count = len(buffers) - (not arguments)
+        if count:
+            kind = "state buffer" if arguments else "more buffer"
+            text += f" (and the same size in {count} {kind}{'s' if count > 1 else ''})"
         return text
 
     paragraphs = []
@@ -140,6 +141,9 @@ def _sizes(program: Program) -> list[str]:
             "Generic sizes, read from the inputs' shapes (any value the torch code accepts): "
             + "; ".join(listed(dims) for dims in sizes.generic) + "."
         )
+    if sizes.bounded:
+        bounded = "; ".join(f"{listed(dims)} <= {dims[0].size}: {why}" for dims, why in sizes.bounded)
+        paragraphs.append(f"Largest sizes: {bounded}.")
     if sizes.fixed:
         fixed = "; ".join(f"{listed(dims)} = {dims[0].size}: {why}" for dims, why in sizes.fixed)
         paragraphs.append(f"Fixed sizes: {fixed}.")

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 # `benchmarks` is a folder of the repository, not an installed package.
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -185,8 +185,10 @@ def test_export_and_check_for_real(tmp_path, capsys, kwargs):
 
 
 def test_watch_records_a_helper_module(tmp_path, capsys, renderers):
-    write(tmp_path / "helpers.py", "def gate(x):\n    return x * x.sigmoid()\n")
-    file = write(tmp_path / "model.py", '''\
+    write(tmp_path / "lib" / "helpers.py", "def gate(x):\n    return x * x.sigmoid()\n")
+    file = write(tmp_path / "project" / "model.py", f'''\
+        import sys
+        sys.path.insert(0, {str(tmp_path / "lib")!r})
         import torch
         from helpers import gate
 
@@ -195,12 +197,25 @@ def test_watch_records_a_helper_module(tmp_path, capsys, renderers):
     ''')
     base = [str(file), "--entry", "block", "--inputs", "torch.ones(3)"]
     assert main(base) == 0
-    assert main([*base, "--watch", str(tmp_path / "helpers.py")]) == 0
+    assert main([*base, "--watch", str(tmp_path / "lib" / "helpers.py")]) == 0
     assert main([*base, "--watch", "helpers"]) == 0  # a module name FILE can import
     unwatched, *watched = renderers.traces
     assert [c.function for c in unwatched.root.children] == []
     for trace in watched:
         assert [c.function for c in trace.root.children] == ["gate"]
+
+
+def test_a_module_imported_from_files_own_directory_is_recorded(tmp_path, capsys, renderers):
+    write(tmp_path / "helpers.py", "def gate(x):\n    return x * x.sigmoid()\n")
+    file = write(tmp_path / "model.py", '''\
+        import torch
+        from helpers import gate
+
+        def block(x):
+            return gate(x) + 1
+    ''')
+    assert main([str(file), "--entry", "block", "--inputs", "torch.ones(3)"]) == 0
+    assert [c.function for c in renderers.traces[0].root.children] == ["gate"]
 
 
 def test_progress_is_reported_on_stderr_for_long_traces(tmp_path, capsys, renderers, monkeypatch):

@@ -12,6 +12,9 @@ import torch
 
 from jaxside.tracing import _compat
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

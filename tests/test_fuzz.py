@@ -26,6 +26,9 @@ from fuzzing.regressions import F32, REGRESSIONS, TORCHAX_ISSUES, program
 from fuzzing.roundtrip import Crash, TorchaxDivergence, TorchaxError, roundtrip
 from hypothesis import HealthCheck, example, given, reject, settings
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 QUICK = 30
 EXAMPLES = int(os.environ.get("JAXSIDE_FUZZ_EXAMPLES", QUICK))
 

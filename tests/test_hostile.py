@@ -22,6 +22,9 @@ import torch
 from jaxside.annotate.cli import main
 from jaxside.render.comments import display_width
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = """\

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 MODEL = """import torch
 
 

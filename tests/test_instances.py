@@ -25,6 +25,9 @@ from test_shapes import export
 
 from jaxside.render.module import render_program
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 
 class Block(torch.nn.Module):
     def __init__(self, cin: int, cout: int, stride: int, kernel: int) -> None:

@@ -32,6 +32,15 @@ class Block(nn.Module):
         return gated + 1.0
 ''',
     '''
+from jaxside.tracing import capture as bare_capture
+
+shown = get_ipython().display_formatter.format
+plain = shown(bare_capture(Block(), torch.randn(2, 8)))[0].get("text/html")  # no view registered yet
+from jaxside import capture as top_capture  # docs/usage.md: this registers the view
+
+registered = shown(top_capture(Block(), torch.randn(2, 8)))[0].get("text/html")
+''',
+    '''
 import jaxside.render.html
 from jaxside.render.comments import annotate_file
 from jaxside.render.module import export_module
@@ -46,6 +55,8 @@ result = {
     "page": jaxside.render.html.side_by_side(trace),
     "repr": formats["text/plain"],
     "html": formats.get("text/html"),
+    "plain": plain,
+    "registered": registered,
 }
 ''',
 ]
@@ -87,3 +98,8 @@ def test_comments_and_the_page_read_the_cell(result):
 def test_a_trace_shows_a_short_repr_and_the_page(result):
     assert result["repr"].startswith("<Trace of Block (torch): ") and len(result["repr"]) < 200
     assert result["html"].startswith("<iframe srcdoc=") and "sigmoid" in result["html"]
+
+
+def test_importing_capture_from_jaxside_registers_the_view(result):
+    assert result["plain"] is None  # jaxside.tracing alone: the notebook shows the repr
+    assert result["registered"].startswith("<iframe srcdoc=") and "sigmoid" in result["registered"]

@@ -38,6 +38,9 @@ from jax.extend.core import ClosedJaxpr, Literal
 from jaxside.render.rules import REWRITES, RULES, Flat, fuse, render_eqn
 from jaxside.tracing import capture
 
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
+
 _SEEN = Seen()
 
 
@@ -195,6 +198,16 @@ def test_split_parts_and_unit_axes_read_as_the_torch_code_wrote() -> None:
                      "v20, v21, v22 = jnp.unstack(v5, axis=1)"):
         assert expected in source, source
     assert "jnp.reshape" not in source and ":4]" not in source and "squeeze" not in source, source
+
+
+def test_index_lists_are_written_as_the_lists_torch_was_given() -> None:
+    """`x[:, [-1], :]` and `x[:, [1, -2]] = v`: torch makes a constant tensor of each list; it is
+    written back as the list where it is used (the candidate's own constant matched by value), not
+    a module array, and round-trips (the same equations, the same bits)."""
+    source = roundtrip(REGRESSIONS["idiom_index_lists"]).source
+    for expected in ("[:, [-1]]", "[:, [0, 3]]", ".at[:, [1, -2]].set(", "[[1, 0], :]"):
+        assert expected in source, source
+    assert "const" not in source.split("):", 1)[1], source  # no constant read in the body
 
 
 def test_repeat_kv_and_tril_read_as_the_torch_code_wrote() -> None:

@@ -62,7 +62,9 @@ def test_sizes_are_expressions_the_torch_code_named():
     assert "jnp.reshape(q, (bsz, seqlen, config.n_head, config.head_dim))" in text
     assert "(1, 8, 4, 16)" not in text
     generic = [[str(d) for d in dims if not d.state] for dims in program.sizes.generic]
-    assert generic == [["idx.shape[0]"], ["idx.shape[1]", "input_pos.shape[0]"]]
+    assert generic == [["idx.shape[0]"], ["idx.shape[1]", "input_pos.shape[0]"], []]
+    length = {str(d) for d in program.sizes.generic[2]}  # the caches' length, and the mask's
+    assert {"layers.1.attention.kv_cache.v_cache.shape[2]", "causal_mask.shape[1]"} <= length
     params, state = module.load_params(llama_model(1))
     with pytest.raises(ValueError, match=r"input_pos\.shape\[0\] must equal idx\.shape\[1\]"):
         module.forward(params, state, jax.numpy.zeros((1, 4), "int32"), jax.numpy.arange(5))
@@ -136,17 +138,18 @@ def test_static_shapes_keep_every_size_as_traced():
     assert "shapes and non-tensor inputs are baked in" in render_program(program, source="test")
 
 
-def test_check_runs_at_another_shape_and_static_shapes_keeps_the_traced_ones(tmp_path, capsys):
+def test_check_runs_at_a_smaller_and_a_larger_shape_and_static_shapes_keeps_the_traced_ones(tmp_path, capsys):
     from jaxside.annotate.cli import main
 
     out = tmp_path / "cnn_jax.py"
     assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check"]) == 0
     err = capsys.readouterr().err
-    assert "and at another shape (x: [4, 3, 32, 32]):" in err
-    assert err.count(" ok\n") == 2
+    assert "and at a smaller shape (x: [2, 3, 8, 8]):" in err  # the batch of 2 stays: no size 1
+    assert "and at a larger shape (x: [4, 3, 32, 32]):" in err
+    assert err.count(" ok\n") == 3
     generic = out.read_text(encoding="utf-8")
     assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check", "--static-shapes"]) == 0
-    assert "another shape" not in capsys.readouterr().err
+    assert "and at a" not in capsys.readouterr().err  # no other shape: every size as traced
     static = out.read_text(encoding="utf-8")
     assert "(x.shape[0], -1)" in generic and "(2, -1)" in static and "x.shape" not in static
 
@@ -269,7 +272,21 @@ def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
                      "jnp.tril(jnp.ones((query.shape[2], query.shape[2]), jnp.bool_))",
                      "jnp.tril(jax.nn.softmax(scores, axis=3), 1)"):
         assert expected in body, body
-    assert "jnp.arange" not in body and "broadcast_to" not in body and "5" not in body, body
+    code = body.split('"""', 2)[2]  # after the docstring (which names a line of this file)
+    assert "jnp.arange" not in code and "broadcast_to" not in code and "5" not in code, body
     for batch, seq in [(2, 5), (3, 7), (1, 12)]:
         inputs = [torch.randn(batch, heads, seq, 8) for heads in (4, 2, 2)]
         assert_matches(module, program, _grouped_attention, *inputs)
+
+
+def test_asking_torch_about_another_shape_leaves_a_cache_passed_in_as_it_was():
+    """`--check` runs torch eager at a shape before comparing there (a shape torch refuses is not
+    compared); a `DynamicCache` passed in is updated in place by a step, so it asks on a copy."""
+    from jaxside.annotate.export import torch_refusal
+
+    model = hf_causal_lm("llama")
+    with torch.no_grad():
+        cache = model(torch.randint(0, 128, (1, 8)), use_cache=True).past_key_values
+    assert torch_refusal(model, (torch.randint(0, 128, (1, 2)),), {"past_key_values": cache}) is None
+    assert cache.layers[0].keys.shape[2] == 8
+    assert "IndexError" in torch_refusal(model, (torch.randint(200, 300, (1, 2)),), {})

@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
+
+# One interpreter is enough: `make test` runs this file on 3.11 only (docs/testing.md).
+pytestmark = pytest.mark.one_interpreter
 
 MODEL = "import torch\n\ndef f(x):\n    größe = torch.tanh(x)\n    return größe * 2\n\n" \
         "def example():\n    return f, (torch.ones(3),)\n"

@@ -3,6 +3,8 @@ missing sample fails."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import golden
 import pytest
 from conftest import load_sample
@@ -46,3 +48,14 @@ def test_goldens_are_never_rewritten_under_ci(goldens, monkeypatch):
 def test_a_missing_sample_fails():
     with pytest.raises(pytest.fail.Exception, match="missing sample .*no_such_sample.py"):
         load_sample("no_such_sample")
+
+
+# What the recorder and the source positions depend on runs on every interpreter `make test` uses.
+EVERY_INTERPRETER = ["test_frames", "test_capture", "test_source", "test_annotate", "test_comments",
+                     "test_export", "test_shapes", "test_jax_programs", "test_review", "test_notebook"]
+
+
+@pytest.mark.parametrize("name", EVERY_INTERPRETER)
+def test_interpreter_dependent_tests_are_not_marked_for_one_interpreter(name):
+    text = (Path(__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+    assert "one_interpreter" not in text, f"{name} must run on 3.12 too (docs/testing.md)"

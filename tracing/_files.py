@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import sys
@@ -74,7 +75,7 @@ def user_files(fn: Any, module: torch.nn.Module | None, watch: Iterable[Any]) ->
             return decided[filename]
         except KeyError:
             pass
-        path = str(Path(filename).resolve()) if not filename.startswith("<") else filename
+        path = _resolved(filename) if not filename.startswith("<") else filename
         answer = not _is_library_path(path) and (
             filename in files or path in resolved or path.startswith(tuple(dirs))
         )
@@ -102,7 +103,14 @@ def is_library_file(filename: str) -> bool:
     """Whether a file belongs to Python (frozen modules included), torch, jax, torchax or jaxside."""
     if filename.startswith("<"):
         return filename.startswith("<frozen ")
-    return _is_library_path(str(Path(filename).resolve()))
+    return _is_library_path(_resolved(filename))
+
+
+@functools.cache
+def _resolved(filename: str) -> str:
+    """`filename` resolved, once a process: every capture asks about the same library files (on
+    3.12, each file an earlier capture switched off), and resolving is a walk of the file system."""
+    return str(Path(filename).resolve())
 
 
 def _is_library_path(path: str) -> bool:

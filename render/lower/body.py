@@ -20,6 +20,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 from jaxside.render import names as naming
 from jaxside.render.ir import Define, Function, Statement, named
 from jaxside.render.lower.context import CALL_LIKE, INLINE_LIMIT, Context, LoweringError, live_eqns
+from jaxside.render.lower.dtypes import followed_dtype
 from jaxside.render.names import Scope
 from jaxside.render.rules import (
     RULES,
@@ -113,7 +114,7 @@ class Body:
         if name not in RULES:
             self.ctx.fallbacks[name] += 1
         try:
-            return render_eqn(eqn, args, self)
+            return followed_dtype(eqn, render_eqn(eqn, args, self), self.env, self.site_of(eqn))
         except (NotImplementedError, LoweringError) as error:
             body = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
             if body is None or name not in CALL_LIKE:
@@ -220,7 +221,8 @@ class Body:
         returned = [inner.outvars[i] for i in indices(signature.returns)]
         # The runs one `jnp` expression stages (`jnp.einsum`, `x[i]`), as at the top level; what is
         # left of a run, and what nothing returned reads, is dead.
-        fused = fuse(eqns, returned, site=lambda i: self.site_of(eqns[i]))
+        consts = dict(zip(inner.constvars, closed.consts)) if closed is not None else {}
+        fused = fuse(eqns, returned, site=lambda i: self.site_of(eqns[i]), consts=consts)
         eqns = [fused[i] for i in sorted(live_eqns(fused, returned, {}))]
         for eqn in eqns:
             for v in eqn.invars:

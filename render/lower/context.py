@@ -53,8 +53,9 @@ class Context:
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
         # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call;
         # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
+        self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
         self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j],
-                         lambda i: trace.eqn_sites[i])
+                         lambda i: trace.eqn_sites[i], self.consts)
         self.live = live_eqns(self.eqns, outvars, self.alias)
         self.uses: dict[Any, list[int]] = {}
         for i in sorted(self.live):
@@ -75,7 +76,6 @@ class Context:
         stored = [i.name for i in trace.inputs if i.kind in ("param", "buffer")]
         self.param_tree = Tree([p for p in stored if p not in self.state_final])
         self.state_tree = Tree(list(self.state_final))
-        self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
         self.module_entry = any(i.kind != "arg" for i in trace.inputs) or trace.root.module_path is not None
         # `params` and `state` name the trees of a module's tensors; a function's arguments may take them.
         self.reserved = MODULE_NAMES if self.module_entry else MODULE_NAMES - {"params", "state"}

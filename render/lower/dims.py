@@ -26,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxside.render import source as torch_source
-from jaxside.render.ir import Define, Dim, Function, Guard, Loop, Program, Sizes, Statement, named
+from jaxside.render.ir import Define, Dim, Function, Loop, Program, Sizes, Statement, named
 from jaxside.render.lower.context import LoweringError
-from jaxside.render.lower.variants import Atom, Fit, expression, fit, parallel_diff, size_expr
+from jaxside.render.lower.guards import guard_sizes
+from jaxside.render.lower.samesize import same_at_traced
+from jaxside.render.lower.sizenames import bind_sizes
+from jaxside.render.lower.variants import Fit, expression, fit, parallel_diff
 from jaxside.tracing.trace import Trace
 
 Resize = dict[str, tuple[int, ...]]
@@ -48,49 +50,94 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     sets = dim_sets(trace)
     if not sets:  # no tensor argument: nothing to follow
         return
+    tries = _Tries(program, relower)
     fixed: list[tuple[list[Dim], str]] = []
-    plan = _attempt(program, sets, relower)
-    if isinstance(plan, str) and len(sets) > 1:
-        movable = []
-        for dims in sets:
-            alone = _attempt(program, [dims], relower)
-            arguments = [d for d in dims if not d.state]
-            if isinstance(alone, str) and arguments and len(arguments) < len(dims):
-                if not isinstance(_attempt(program, [arguments], relower), str):
-                    fixed.append(([d for d in dims if d.state], alone))
-                    dims, alone = arguments, None
-            if isinstance(alone, str):
-                fixed.append((dims, alone))
-            else:
-                movable.append(dims)
-        sets = movable
-        plan = _attempt(program, sets, relower) if sets else None
+    plan: Plan | str | None = tries.attempt(sets, frozenset())
+    movable = [(dims, False) for dims in sets] if not isinstance(plan, str) else _alone(tries, sets, fixed)
+    held = []  # a cache's length: it moves with no argument, so alone
+    for dims in held_sets(trace):
+        alone = tries.either(dims, below=False)  # larger only: a head count torch refuses is no bound
+        if isinstance(alone, str):
+            fixed.append((dims, alone))
+        else:
+            held.append((dims, bool(alone.bounded)))
+    if isinstance(plan, str) or held:
+        every = movable + held
+        down = frozenset(k for k, (_, lower) in enumerate(every) if lower)
+        together = tries.attempt([dims for dims, _ in every], down) if every else None
+        if isinstance(together, str) and not isinstance(plan, str):  # the arguments' sizes, at least
+            fixed += [(dims, together) for dims, _ in held]
+        else:
+            plan, movable = together, every
+    sets = [dims for dims, _ in movable]
     if isinstance(plan, str):
         fixed += [(dims, plan) for dims in sets]
         sets = []
-    elif plan is not None:
-        sets, plan = _untie(program, sets, plan, relower)
+    bounded: list[tuple[list[Dim], str]] = []
+    if isinstance(plan, Plan):
+        sets, plan = _untie(tries, sets, plan)
         plan.apply()
+        if plan.below and not same_at_traced(program, plan.program):  # not the traced program at its size
+            sets, plan = _without_bounds(tries, sets, plan, fixed)
+    if isinstance(plan, Plan):
+        bounded = [(sets[k], why) for k, why in sorted(plan.bounded.items())]
         if plan.program is not program:
             _adopt(program, plan.program)
-    guarded = [d for dims, why in fixed if not why.startswith(REFUSED) for d in dims if not d.state]
-    _guard(program, guarded, [[d for d in dims if not d.state] for dims in sets])
-    program.sizes = Sizes(generic=sets, fixed=fixed)
+    kept = [dims for dims, why in fixed if not why.startswith(REFUSED)]
+    guarded = [d for dims in kept for d in dims if not d.state] + [dims[0] for dims in kept if dims[0].state]
+    at_most = [d for dims, _ in bounded for d in dims if not d.state]
+    guard_sizes(program, guarded, [[d for d in dims if not d.state] for dims in sets], at_most)
+    program.sizes = Sizes(generic=sets, fixed=fixed, bounded=bounded)
 
 
-def _untie(
-    program: Program, sets: list[list[Dim]], plan: Plan, relower: Callable[[Resize], Program]
-) -> tuple[list[list[Dim]], Plan]:
+def _without_bounds(tries: _Tries, sets: list[list[Dim]], plan: Plan, fixed: list) -> tuple[list, Any]:
+    """The sets `plan` fitted below their traced size fixed (the program written from smaller
+    sizes is not the traced one at its size: a branch on the size), the others as the program
+    at larger sizes follows them."""
+    below = "the program at the traced size is not the one at smaller sizes"
+    fixed += [(sets[k], f"{below}; {why}" if why else below) for k, why in plan.bounded.items()]
+    sets = [dims for k, dims in enumerate(sets) if k not in plan.bounded]
+    again = tries.attempt(sets, frozenset()) if sets else None
+    if not isinstance(again, Plan):
+        fixed += [(dims, again) for dims in sets if again is not None]
+        return [], None
+    again.apply()
+    return sets, again
+
+
+def _alone(tries: _Tries, sets: list[list[Dim]], fixed: list) -> list[tuple[list[Dim], bool]]:
+    """Each set tried alone: those the program follows (and whether below their traced size); the
+    others into `fixed`, with why. A set whose state buffers keep it fixed (a cache's batch)
+    may follow without them."""
+    movable = []
+    for dims in sets:
+        alone = tries.either(dims)
+        arguments = [d for d in dims if not d.state]
+        if isinstance(alone, str) and arguments and len(arguments) < len(dims):
+            apart = tries.either(arguments)
+            if not isinstance(apart, str):
+                fixed.append(([d for d in dims if d.state], alone))
+                dims, alone = arguments, apart
+        if isinstance(alone, str):
+            fixed.append((dims, alone))
+        else:
+            movable.append((dims, bool(alone.bounded)))
+    return movable
+
+
+def _untie(tries: _Tries, sets: list[list[Dim]], plan: Plan) -> tuple[list[list[Dim]], Plan]:
     """Every argument dimension a set of its own, when the program follows each alone (a
     non-square image); else the sets as they are, the entry checking that tied sizes are equal."""
     split: list[list[Dim]] = []
-    for dims in sets:
+    down: set[int] = set()
+    for k, dims in enumerate(sets):
         arguments = [d for d in dims if not d.state]
-        split.append([*arguments[:1], *(d for d in dims if d.state)])
-        split += [[d] for d in arguments[1:]]
+        parts = [[*arguments[:1], *(d for d in dims if d.state)], *([d] for d in arguments[1:])]
+        down |= {len(split) + j for j in range(len(parts))} if k in plan.bounded else set()
+        split += parts
     if len(split) == len(sets):
         return sets, plan
-    alone = _attempt(program, split, relower)
+    alone = tries.attempt(split, frozenset(down))
     return (sets, plan) if isinstance(alone, str) else (split, alone)
 
 
@@ -110,43 +157,124 @@ def dim_sets(trace: Trace) -> list[list[Dim]]:
     return [[d for d in arguments + buffers if d.size == n] for n in sizes]
 
 
-def resized(trace: Trace, sets: list[list[Dim]], factors: list[int]) -> Resize:
-    """Each input's shape with every dimension of `sets[k]` times `factors[k]`."""
+def held_sets(trace: Trace) -> list[list[Dim]]:
+    """The dimensions of state buffers (a KV cache) of a size no argument has (its length), by size,
+    each with the dimensions of that size of buffers the code only reads (the causal mask of that
+    length): the model built with a longer cache has them all longer."""
+    sizes = {int(n) for i in trace.inputs if i.kind == "arg" for n in i.var.aval.shape}
+    state = {s.input.name for s in trace.state}
+    held = [
+        Dim(i.name, axis, int(n), state=True) for i in trace.inputs
+        if i.name in state or i.kind == "buffer" for axis, n in enumerate(i.var.aval.shape)
+    ]
+    lengths = [d.size for d in held if d.input in state and d.size > 1 and d.size not in sizes]
+    lengths = list(dict.fromkeys(lengths))
+    held.sort(key=lambda d: d.input not in state)  # a cache's before a mask's
+    return [[d for d in held if d.size == n] for n in lengths]
+
+
+def resized(trace: Trace, sets: list[list[Dim]], sizes: list[int]) -> Resize:
+    """Each input's shape with every dimension of `sets[k]` at `sizes[k]`."""
     shapes = {i.name: list(i.var.aval.shape) for i in trace.inputs}
     changed: set[str] = set()
-    for dims, factor in zip(sets, factors):
+    for dims, size in zip(sets, sizes):
         for d in dims:
-            shapes[d.input][d.axis] = d.size * factor
+            shapes[d.input][d.axis] = size
             changed.add(d.input)
     return {name: tuple(shapes[name]) for name in changed}
 
 
-def _attempt(program: Program, sets: list[list[Dim]], relower: Callable[[Resize], Program]) -> Plan | str:
-    """The plan unifying the program at three sizes of `sets`, or why there is none.
+def smaller(n: int) -> list[int]:
+    """Sizes below `n` to try (none of 1: a size of 1 broadcasts where no other does), halves and
+    quarters first (a size the torch code takes in patches of some width keeps its multiples)."""
+    found: list[int] = []
+    for size in (n // 2, n - n // 4, n // 4, n - 1, n - 2):
+        if 1 < size < n and size not in found:
+            found.append(size)
+    return found[:3]
 
-    The sizes are the traced ones, then twice and 3, 4, ... times them (a set each). A size of
-    1 broadcasts where no other does (torch and jnp bind nothing for an identity broadcast), so
-    sets traced at 1 are unified at 2, 3 and 4, ..., and the program at 2 is the one written:
-    it computes the same at 1."""
-    base = program if all(dims[0].size > 1 for dims in sets) else None
-    programs = []
-    for row in range(0 if base is None else 1, 3):
-        factors = [
-            (2, 3, 4 + k)[row] if dims[0].size == 1 else (1, 2, 3 + k)[row] for k, dims in enumerate(sets)
-        ]
-        sizes = ", ".join(f"{d} = {d.size * f}" for dims, f in zip(sets, factors) for d in dims[:1])
+
+class _Tries:
+    """Attempts at unifying the program at other sizes of sets of its inputs' dimensions, each
+    made once (a retrace costs a run of the torch code)."""
+
+    def __init__(self, program: Program, relower: Callable[[Resize], Program]) -> None:
+        self.program, self.relower = program, relower
+        self.made: dict[tuple, Plan | str] = {}
+        self.programs: dict[tuple, Program | str] = {}
+
+    def either(self, dims: list[Dim], below: bool = True) -> Plan | str:
+        """The plan for one set at larger sizes, else (`below`) at smaller ones (its traced size is
+        a bound, as a sequence traced at a model's `block_size`: the plan says why in `bounded`)."""
+        up = self.attempt([dims], frozenset())
+        if not isinstance(up, str) or not below or len(smaller(dims[0].size)) < 2:
+            return up
+        down = self.attempt([dims], frozenset({0}))
+        return up if isinstance(down, str) else down
+
+    def attempt(self, sets: list[list[Dim]], down: frozenset[int]) -> Plan | str:
+        """The plan unifying the program at three sizes of `sets`, or why there is none.
+
+        A set goes up from its traced size n (n, 2n, (3 + k)n; the k-th set) or, in `down`, below
+        it (n and two of `smaller(n)`; when the program at n is not the one at smaller sizes, as
+        a slice `bias[:, :, :T, :T]` that takes everything is no equation, three smaller sizes
+        and the program at the first is written: it computes the same at n, which `--check`
+        compares). A size of 1 broadcasts where no other does (torch and jnp bind nothing for an
+        identity broadcast), so sets traced at 1 are unified at 2, 3 and 4, ..., and the program
+        at 2 is the one written: it computes the same at 1."""
+        key = (tuple(tuple(map(str, dims)) for dims in sets), down)
+        if key not in self.made:
+            plan = self._unify(sets, _rows(sets, down, False))
+            if isinstance(plan, str) and down and all(len(smaller(sets[k][0].size)) == 3 for k in down):
+                below = self._unify(sets, _rows(sets, down, True))
+                if isinstance(below, Plan):
+                    plan, below.below = below, True
+            if not isinstance(plan, str):
+                ups = {k: self.attempt([sets[k]], frozenset()) for k in down}
+                plan.bounded = {k: up if isinstance(up, str) else "" for k, up in ups.items()}
+            self.made[key] = plan
+        return self.made[key]
+
+    def _unify(self, sets: list[list[Dim]], rows: list[list[int]]) -> Plan | str:
+        programs = []
+        for row in rows:
+            found = self._at(sets, row)
+            if isinstance(found, str):
+                return found
+            programs.append(found)
         try:
-            programs.append(relower(resized(program.trace, sets, factors)))
-        except LoweringError as error:
-            return f"the program at {sizes} cannot be written ({_first_line(error)})"
-        except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
-            return f"{REFUSED} {sizes} ({_refusal(program.trace, sets, error)})"
-    if base is None:
-        base = programs.pop(0)
-    try:
-        return _plan(base, programs)
-    except Unfit as error:
-        return str(error)
+            return _plan(programs[0], programs[1:])
+        except Unfit as error:
+            return str(error)
+
+    def _at(self, sets: list[list[Dim]], row: list[int]) -> Program | str:
+        """The program with each set at its size in `row`, or why there is none."""
+        if all(size == dims[0].size for dims, size in zip(sets, row)):
+            return self.program
+        resize = resized(self.program.trace, sets, row)
+        key = tuple(sorted(resize.items()))
+        if key not in self.programs:
+            sizes = ", ".join(f"{dims[0]} = {size}" for dims, size in zip(sets, row) if size != dims[0].size)
+            try:
+                self.programs[key] = self.relower(resize)
+            except LoweringError as error:
+                self.programs[key] = f"the program at {sizes} cannot be written ({_first_line(error)})"
+            except Exception as error:  # the torch code (or JAX) refused the sizes: they are fixed
+                self.programs[key] = f"{REFUSED} {sizes} ({_refusal(self.program.trace, sets, error)})"
+        return self.programs[key]
+
+
+def _rows(sets: list[list[Dim]], down: frozenset[int], below: bool) -> list[list[int]]:
+    """The size of each set in the three programs unified, the first the one written (see
+    `_Tries.attempt`)."""
+    columns = []
+    for k, dims in enumerate(sets):
+        n = dims[0].size
+        if k in down:
+            columns.append(smaller(n) if below else [n, *smaller(n)[:2]])
+        else:
+            columns.append([2, 3, 4 + k] if n == 1 else [n, 2 * n, (3 + k) * n])
+    return [list(row) for row in zip(*columns)]
 
 
 def _refusal(trace: Trace, sets: list[list[Dim]], error: Exception) -> str:
@@ -161,8 +289,9 @@ def _refusal(trace: Trace, sets: list[list[Dim]], error: Exception) -> str:
     return _first_line(error)
 
 
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:100]
+def _first_line(error: Exception, limit: int = 160) -> str:
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return line if len(line) <= limit else line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _adopt(program: Program, other: Program) -> None:
@@ -194,6 +323,10 @@ class Plan:
     redirect: dict[int, tuple[Any, str]] = field(default_factory=dict)
     trees: list[Any] = field(default_factory=list)
     """The `ast` the changes point into (kept alive: `redirect` is by id)."""
+    bounded: dict[int, str] = field(default_factory=dict)
+    """The sets (by index) fitted below their traced size, which is their largest: why no larger."""
+    below: bool = False
+    """Whether `program` is one at smaller sizes (the traced one lacked an equation they have)."""
 
     def apply(self) -> None:
         by_function: dict[int, list[_Change]] = {}
@@ -202,7 +335,7 @@ class Plan:
         for changes in by_function.values():
             function = changes[0].function
             atoms = {a for c in changes for a in c.fit[1] if a[0] in function.arg_shapes}
-            names = _bind(function, atoms)
+            names = bind_sizes(function, atoms)
             for c in changes:
                 expr = expression(c.fit, names)
                 if c.is_float and not isinstance(c.parent, ast.BinOp):
@@ -297,7 +430,13 @@ def _stored(tree: ast.AST) -> list[str]:
 
 
 def _dumps(items: Any) -> list[str]:
-    return [ast.dump(item) if isinstance(item, ast.AST) else repr(item) for item in items]
+    """Comparable text of the module's constants (`(name, value)` pairs) or of `ast` nodes."""
+    def dump(item: Any) -> str:
+        if isinstance(item, ast.AST):
+            return ast.dump(item)
+        return repr([dump(part) for part in item]) if isinstance(item, tuple) else repr(item)
+
+    return [dump(item) for item in items]
 
 
 def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
@@ -327,117 +466,3 @@ def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
         return [node]
 
     return ast.Module(statements(function.body, function) + returns(function), []), redirect
-
-
-# -- names the torch code gave sizes ------------------------------------------------------------------
-
-
-def _bind(function: Function, atoms: set[Atom]) -> dict[Atom, str]:
-    """Bind at the top of `function` the sizes the torch def named (`bsz, seqlen, _ = x.shape`,
-    `n = x.size(0)`); their names."""
-    call = function.calls[0] if function.calls else None
-    node = torch_source.function_at(torch_source.tree(call.file), call.line) if call else None
-    if node is None:
-        return {}
-    ranks = {p: len(s) for p, s in function.arg_shapes.items()}
-    unpacked: dict[str, list[str]] = {}
-    single: dict[Atom, str] = {}
-    for statement in node.body:
-        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
-            continue
-        target, value = statement.targets[0], statement.value
-        whole = _shape_of(value)
-        if whole in ranks and isinstance(target, ast.Tuple) and len(target.elts) == ranks[whole]:
-            if all(isinstance(e, ast.Name) for e in target.elts):
-                unpacked.setdefault(whole, [e.id for e in target.elts if isinstance(e, ast.Name)])
-        dim = _dim_of(value)
-        if dim is not None and dim[0] in ranks and isinstance(target, ast.Name):
-            single.setdefault((dim[0], dim[1] % max(ranks[dim[0]], 1)), target.id)
-    names: dict[Atom, str] = {}
-    bindings: list[Statement] = []
-    for param in function.arg_shapes:
-        used = sorted(axis for p, axis in atoms if p == param)
-        if param in unpacked and any(unpacked[param][axis] != "_" for axis in used):
-            elements = []
-            for axis, torch_name in enumerate(unpacked[param]):
-                if axis in used and torch_name != "_":
-                    names[(param, axis)] = function.scope.fresh(torch_name, "local")
-                    elements.append(named(names[(param, axis)], ast.Store()))
-                else:
-                    elements.append(named("_", ast.Store()))
-            target = ast.Tuple(elements, ast.Store())
-            flat = [e.id for e in elements if isinstance(e, ast.Name) and e.id != "_"]
-            shape = ast.Attribute(named(param), "shape", ast.Load())
-            bindings.append(Statement(flat, shape, [], None, target=target))
-            continue
-        for axis in used:
-            if (param, axis) in single:
-                name = names[(param, axis)] = function.scope.fresh(single[(param, axis)], "local")
-                bindings.append(Statement([name], size_expr((param, axis)), [], None))
-    function.body[:0] = bindings
-    return names
-
-
-def _shape_of(value: ast.expr) -> str | None:
-    """`p` for `p.shape` or `p.size()`."""
-    if isinstance(value, ast.Call) and not value.args and not value.keywords:
-        value = value.func
-        if isinstance(value, ast.Attribute) and value.attr == "size" and isinstance(value.value, ast.Name):
-            return value.value.id
-        return None
-    if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
-        return value.value.id
-    return None
-
-
-def _dim_of(value: ast.expr) -> Atom | None:
-    """`(p, d)` for `p.shape[d]` or `p.size(d)` with a literal `d`."""
-    if isinstance(value, ast.Subscript) and _shape_of(value.value) and isinstance(value.slice, ast.Constant):
-        index = value.slice.value
-        return (_shape_of(value.value) or "", index) if isinstance(index, int) else None
-    if (
-        isinstance(value, ast.Call) and len(value.args) == 1 and isinstance(value.func, ast.Attribute)
-        and value.func.attr == "size" and isinstance(value.func.value, ast.Name)
-        and isinstance(value.args[0], ast.Constant) and isinstance(value.args[0].value, int)
-    ):
-        return value.func.value.id, value.args[0].value
-    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.UnaryOp):  # p.shape[-1]
-        operand = value.slice.operand
-        whole = _shape_of(value.value)
-        if isinstance(value.slice.op, ast.USub) and isinstance(operand, ast.Constant) and whole:
-            return whole, -int(operand.value)
-    return None
-
-
-# -- fixed sizes ------------------------------------------------------------------------------------
-
-
-def _guard(program: Program, fixed: list[Dim], tied: list[list[Dim]]) -> None:
-    """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
-    size, and for each one called at another size than the first of its tied set."""
-    checks = [(d, ast.Constant(d.size), f"{d} is fixed at {d.size} (the docstring says why)") for d in fixed]
-    for dims in tied:
-        first = _dim_expr(program.entry, dims[0])
-        if first is not None:
-            checks += [(d, first, f"{d} must equal {dims[0]}") for d in dims[1:]]
-    guards: list[Statement] = []
-    for d, expected, message in checks:
-        shape = _dim_expr(program.entry, d)
-        if shape is not None:
-            test = ast.Compare(shape, [ast.NotEq()], [expected])
-            guards.append(Guard([], test, [], None, message=message))
-    program.entry.body[:0] = guards
-
-
-def _dim_expr(entry: Function, d: Dim) -> ast.expr | None:
-    """`x.shape[1]` for an argument dimension of the entry (None if its argument has no name there)."""
-    try:
-        reference = ast.parse(d.input, mode="eval").body
-    except SyntaxError:
-        return None
-    root = reference
-    while isinstance(root, ast.Subscript):
-        root = root.value
-    if not isinstance(root, ast.Name) or root.id not in entry.params:
-        return None
-    return ast.Subscript(ast.Attribute(reference, "shape", ast.Load()), ast.Constant(d.axis), ast.Load())

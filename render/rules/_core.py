@@ -106,6 +106,8 @@ class Graph(NamedTuple):
     """The equation that made a value (None for an input, a literal or a value made elsewhere)."""
     users: Callable[[Any], list[Any]]
     """The live equations that read a value, in program order."""
+    constant: Callable[[Any], Any] = lambda v: None
+    """The value of a constant of the program (an array torch made from a Python list), else None."""
 
 
 class Candidate(NamedTuple):

@@ -9,11 +9,13 @@ equations it stages in the program, wired the same way; the run becomes one `idi
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.extend.core import DropVar, Literal, Var
 
@@ -31,7 +33,7 @@ def _stage(code: str, avals: tuple[tuple[tuple[int, ...], Any, bool], ...]) -> A
     fn = eval(f"lambda {params}: {code}", dict(_NAMESPACE))  # noqa: S307  (our own candidate code)
     structs = [jax.ShapeDtypeStruct(shape, dtype, weak_type=weak) for shape, dtype, weak in avals]
     try:
-        return jax.make_jaxpr(fn)(*structs).jaxpr
+        return jax.make_jaxpr(fn)(*structs)
     except Exception:  # the candidate does not apply to these operands
         return None
 
@@ -40,14 +42,18 @@ def _aval_key(var: Any) -> tuple[tuple[int, ...], Any, bool]:
     return tuple(var.aval.shape), var.aval.dtype, bool(var.aval.weak_type)
 
 
-def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], operands: list[Any],
-          outputs: list[Any], together: Callable[[int, int], bool]) -> set[int] | None:
-    """The equations (by index), `eqns[terminal]` among them, that `staged` is, wired the same way
-    with its inputs standing for `operands` and its outputs for `outputs`; None when they differ
-    anywhere."""
-    if staged.constvars or len(staged.outvars) != len(outputs):
+def match(closed: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], operands: list[Any],
+          outputs: list[Any], together: Callable[[int, int], bool],
+          consts: Mapping[Any, Any] = MappingProxyType({})) -> set[int] | None:
+    """The equations (by index), `eqns[terminal]` among them, that `closed` stages, wired the same
+    way with its inputs standing for `operands` and its outputs for `outputs`; None when they
+    differ anywhere. A constant it stages (the list of `x[:, [-1]]`) stands for a constant of the
+    program (`consts`, by value) of the same type and value."""
+    staged = closed.jaxpr
+    if len(staged.outvars) != len(outputs):
         return None
     inputs = dict(zip(staged.invars, operands))
+    staged_consts = dict(zip(staged.constvars, closed.consts))
     made_in = {v: e for e in staged.eqns for v in e.outvars}
     mapping: dict[Any, Any] = {}
     visited: dict[int, int] = {}
@@ -57,6 +63,8 @@ def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
             return isinstance(sv, Literal) and isinstance(ov, Literal) and same_literal(sv, ov)
         if sv in inputs:
             return inputs[sv] is ov
+        if sv in staged_consts:
+            return ov in consts and same_constant(staged_consts[sv], consts[ov])
         if sv in mapping:
             return mapping[sv] is ov
         mapping[sv] = ov
@@ -87,9 +95,15 @@ def match(staged: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
     return set(visited.values())
 
 
+def same_constant(a: Any, b: Any) -> bool:
+    """Whether two constant arrays have the same dtype, shape and values (bit for bit)."""
+    x, y = np.asarray(a), np.asarray(b)
+    return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
 def fuse(
     eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True,
-    site: Callable[[int], Any] = lambda i: None,
+    site: Callable[[int], Any] = lambda i: None, consts: Mapping[Any, Any] = MappingProxyType({}),
 ) -> list[Any]:
     """`eqns` with each run an idiom writes replaced by one `idiom` equation, at the place of the
     first equation making one of its outputs (the run's last, for one output).  The run's other
@@ -97,7 +111,8 @@ def fuse(
 
     `together(i, j)`: whether equations `i` and `j` may be one run (the lowering: of one call);
     `site(i)`: the source expression equation `i` came from.  The outputs of an idiom with
-    several must come from one (`q, k, v = x.split(...)`: two torch lines stay two statements)."""
+    several must come from one (`q, k, v = x.split(...)`: two torch lines stay two statements);
+    `consts`: the values of the program's constants (an index list a pattern may write as it is)."""
     made_by = {v: i for i, e in enumerate(eqns) for v in e.outvars if isinstance(v, Var)}
     wanted = {v for v in outvars if isinstance(v, Var)}
     alive = live(eqns, wanted)
@@ -111,7 +126,7 @@ def fuse(
         i = made_by.get(v)
         return eqns[i] if i is not None else None
 
-    graph = Graph(producer, lambda v: [eqns[j] for j in sorted(uses.get(v, ()))])
+    graph = Graph(producer, lambda v: [eqns[j] for j in sorted(uses.get(v, ()))], consts.get)
 
     runs: dict[int, tuple[Candidate, set[int]]] = {}
     claimed: set[int] = set()
@@ -129,7 +144,9 @@ def fuse(
             if len({site(made_by[v]) for v in outputs}) > 1:
                 continue
             staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
-            run = match(staged, i, eqns, made_by, operands, outputs, together) if staged is not None else None
+            run = None
+            if staged is not None:
+                run = match(staged, i, eqns, made_by, operands, outputs, together, consts)
             if run is not None:  # runs may share values (one index wrap for two gathers)
                 runs[i] = (candidate, run)
                 claimed |= run

@@ -32,6 +32,7 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 from jax.extend.core import Literal, Primitive
 
 from jaxside.render.rules._core import Candidate, Graph, Rule, _is_traced, registrar, rewritten
@@ -103,13 +104,15 @@ def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
     return [greedy] if wrapped == greedy or not wrapped else [greedy, wrapped]
 
 
-def _subscript(ndim: int, axes: tuple[int, ...], first: int) -> str:
-    """`:, _1, _2` for index arrays `_first`, ... at `axes` (consecutive) of an `ndim` array."""
+def _subscript(ndim: int, axes: tuple[int, ...], indices: list[str]) -> str:
+    """`:, _1, _2` for the index arrays written `indices` at `axes` (consecutive) of an `ndim` array."""
     items = [":"] * ndim
-    for k, axis in enumerate(axes):
-        items[axis] = f"_{first + k}"
+    for axis, index in zip(axes, indices):
+        items[axis] = index
     while items and items[-1] == ":" and len(items) > max(axes, default=0) + 1:
         items.pop()
+    if len(items) == 1 and items[0].startswith("["):  # `x[[1, 0]]` is no index for jnp: `x[[1, 0], :]`
+        return f"{items[0]}, :" if ndim > 1 else f"{items[0]},"
     return ", ".join(items)
 
 
@@ -122,8 +125,44 @@ def _gather(eqn: Any, graph: Graph) -> list[Candidate]:
     axes = tuple(eqn.params["dimension_numbers"].start_index_map)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
-    code = f"_0[{_subscript(x.aval.ndim, axes, 1)}]"
-    return [(code, [x, *leaves]) for leaves in _index_leaves(indices, graph) if len(leaves) == len(axes)]
+    candidates = []
+    for leaves in _index_leaves(indices, graph):
+        if len(leaves) == len(axes):
+            for items, operands in _written_indices(leaves, graph):
+                candidates.append((f"_0[{_subscript(x.aval.ndim, axes, items)}]", [x, *operands]))
+    return candidates
+
+
+LIST_LIMIT = 32
+"""An index array of at most this many numbers that the program holds as a constant (torch made
+it from a Python list: `x[:, [-1], :]`) is written as that list, where it is used."""
+
+
+def _written_indices(leaves: list[Any], graph: Graph, first: int = 1) -> list[tuple[list[str], list[Any]]]:
+    """How to write index arrays: each constant one as its list (`[-1]`), the others as operands
+    `_first`, ...; and, when some are constants, all as operands (a candidate that may match
+    where the lists do not). Pairs (the index items, the operands)."""
+    lists = [_index_list(leaf, graph) for leaf in leaves]
+    forms = []
+    if any(lists):
+        items, operands = [], []
+        for leaf, written in zip(leaves, lists):
+            if written is None:
+                operands.append(leaf)
+            items.append(written or f"_{first + len(operands) - 1}")
+        forms.append((items, operands))
+    return [*forms, ([f"_{first + k}" for k in range(len(leaves))], list(leaves))]
+
+
+def _index_list(leaf: Any, graph: Graph) -> str | None:
+    """`[-1]` for a small integer constant index array (of rank 1 or 2), else None."""
+    value = graph.constant(leaf)
+    if value is None:
+        return None
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu" or array.ndim not in (1, 2) or not 0 < array.size <= LIST_LIMIT:
+        return None
+    return repr(array.tolist())
 
 
 _AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "scatter-mul": "multiply",
@@ -141,13 +180,14 @@ def _scatter(eqn: Any, graph: Graph) -> list[Candidate]:
     axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
-    index = _subscript(x.aval.ndim, axes, 1)
     method = _AT_METHODS[eqn.primitive.name]
     candidates = []
     for leaves in _index_leaves(indices, graph):
-        for value in _update_values(updates, graph) if len(leaves) == len(axes) else ():
-            code = f"_0.at[{index}].{method}(_{len(leaves) + 1})"
-            candidates.append((code, [x, *leaves, value]))
+        for items, operands in _written_indices(leaves, graph) if len(leaves) == len(axes) else ():
+            index = _subscript(x.aval.ndim, axes, items)
+            for value in _update_values(updates, graph):
+                code = f"_0.at[{index}].{method}(_{len(operands) + 1})"
+                candidates.append((code, [x, *operands, value]))
     return candidates
 
 

@@ -72,13 +72,14 @@ class FlatEmitter(Flat):
     def inline(self, jaxpr: Any, args: list[ast.expr], hint: str) -> list[ast.expr]:
         closed = jaxpr if isinstance(jaxpr, ClosedJaxpr) else ClosedJaxpr(jaxpr, ())
         consts = [self.constant(c, "const") for c in closed.consts]
-        return self.emit(closed.jaxpr, consts + list(args))
+        return self.emit(closed.jaxpr, consts + list(args), dict(zip(closed.jaxpr.constvars, closed.consts)))
 
-    def emit(self, jaxpr: Jaxpr, inputs: Sequence[ast.expr]) -> list[ast.expr]:
-        """Append one statement per equation of `jaxpr`; return expressions for its outputs."""
+    def emit(self, jaxpr: Jaxpr, inputs: Sequence[ast.expr], values: dict | None = None) -> list[ast.expr]:
+        """Append one statement per equation of `jaxpr`; return expressions for its outputs
+        (`values`: its constants', which an index list may be written as)."""
         env: dict[Any, ast.expr] = dict(zip([*jaxpr.constvars, *jaxpr.invars], inputs))
         wanted = {v for v in jaxpr.outvars if isinstance(v, Var)}
-        eqns = fuse(list(jaxpr.eqns), list(jaxpr.outvars))
+        eqns = fuse(list(jaxpr.eqns), list(jaxpr.outvars), consts=values or {})
         steps = live(list(jaxpr.eqns), wanted) - live(eqns, wanted)  # inside an idiom's run
         for index, eqn in enumerate(eqns):
             if index in steps:
@@ -131,7 +132,8 @@ def build_def(
         const_params = []
         consts = [inner.constant(c, "const") for c in closed.consts]
     params = [inner.fresh("a") for _ in closed.jaxpr.invars]
-    outs = inner.emit(closed.jaxpr, consts + [_name(p) for p in params])
+    values = dict(zip(closed.jaxpr.constvars, closed.consts))  # an index list is written where it is used
+    outs = inner.emit(closed.jaxpr, consts + [_name(p) for p in params], values)
     body = [*inner.body, ast.Return(_returned(outs))]
     arguments = ast.arguments([], [ast.arg(p) for p in const_params + params], None, [], [], None, [])
     return ast.FunctionDef(name=name, args=arguments, body=body, decorator_list=[])

@@ -109,6 +109,15 @@ REGRESSIONS: dict[str, Program] = {
         "v6 = torch.ones(5, 5, dtype=torch.bool).tril()",
         "v7 = (v3 @ v4.mT).masked_fill(~v6, 0.0).sum() + v5.sum()",
     ),
+    # Index lists (nanoGPT's `x[:, [-1], :]`), read and written: torch makes a tensor of each list,
+    # which the export writes back as the list where it is used (no module constant fixing a size).
+    "idiom_index_lists": program(
+        [((2, 5, 4), F32), ((2, 5, 4), F32)],
+        "v2 = v0[:, [-1], :] + v0[:, [0, 3]].sum(1, keepdim=True)",
+        "v3 = v1.clone()",
+        "v3[:, [1, -2]] = v2 * 2.0",
+        "v4 = v3 + v0[[1, 0]]",
+    ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(
         [((3, 4), I64), ((3, 4), BOOL)],

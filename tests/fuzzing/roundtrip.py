@@ -87,7 +87,10 @@ def roundtrip(program: Program) -> Outcome:
         raise Crash(f"{type(error).__name__}: {error}\n{program.source}") from error
     context = f"{program.source}\n--- rendered:\n{rendered.source}"
     # A rewrite (`render.rules.REWRITES`) is held to the bits alone; anything else to the structure too.
-    problem = None if rendered.rewrites else jaxpr_difference(closed.jaxpr, retraced.jaxpr, elide=True)
+    values = tuple(dict(zip(j.jaxpr.constvars, j.consts)) for j in (closed, retraced))
+    problem = None
+    if not rendered.rewrites:
+        problem = jaxpr_difference(closed.jaxpr, retraced.jaxpr, elide=True, values=values)
     if problem:
         raise Mismatch(f"re-traces differently: {problem}\n{context}")
     if numbers:

@@ -20,18 +20,28 @@ IDENTITY_PRIMITIVES = frozenset(
 
 
 
-def jaxpr_difference(a: Jaxpr, b: Jaxpr, where: str = "", elide: bool = False) -> str | None:
+Values = tuple[dict, dict] | None
+"""The values of the constants of two jaxprs compared (by var), when constants compare by value."""
+
+
+def jaxpr_difference(
+    a: Jaxpr, b: Jaxpr, where: str = "", elide: bool = False, values: Values = None
+) -> str | None:
     """None if `b` is `a` up to var names (and `jit` names) and the order of independent
     equations (see `in_dataflow_order`); else where they first differ.
 
     With `elide`, an identity equation of `a` (see `IDENTITY_PRIMITIVES`) may be missing
-    from `b`, its output standing for its operand.
+    from `b`, its output standing for its operand. With `values` (the constants' values of
+    `a`, of `b`), a constant `b` stages itself (an index list written where it is used) stands
+    for any constant of `a` of the same bits, and is no input of `b`.
     """
-    if len(a.invars) + len(a.constvars) != len(b.invars) + len(b.constvars):
-        return f"{where}: {len(a.constvars)}+{len(a.invars)} inputs vs {len(b.constvars)}+{len(b.invars)}"
+    own = set(values[1]) if values else set()
+    inputs_b = [v for v in [*b.constvars, *b.invars] if v not in own]
+    if len(a.invars) + len(a.constvars) != len(inputs_b):
+        return f"{where}: {len(a.constvars)}+{len(a.invars)} inputs vs {len(inputs_b)}"
     a, b = in_dataflow_order(a), in_dataflow_order(b)
     env: dict[Any, Any] = {}
-    for x, y in zip([*a.constvars, *a.invars], [*b.constvars, *b.invars]):
+    for x, y in zip([*a.constvars, *a.invars], inputs_b):
         if x.aval != y.aval:
             return f"{where}: input {x.aval} vs {y.aval}"
         env[x] = y
@@ -39,7 +49,7 @@ def jaxpr_difference(a: Jaxpr, b: Jaxpr, where: str = "", elide: bool = False) -
     for index, ea in enumerate(a.eqns):
         here = f"{where}/{index}:{ea.primitive.name}"
         eb = b.eqns[position] if position < len(b.eqns) else None
-        problem = _eqn_difference(ea, eb, env, here, elide) if eb is not None else f"{here}: missing"
+        problem = _eqn_difference(ea, eb, env, here, elide, values) if eb is not None else f"{here}: missing"
         if problem and elide and is_identity(ea):
             env[ea.outvars[0]] = env[ea.invars[0]]
             continue
@@ -90,13 +100,15 @@ def is_identity(eqn: Any) -> bool:
     )
 
 
-def _eqn_difference(ea: Any, eb: Any, env: dict[Any, Any], where: str, elide: bool = False) -> str | None:
+def _eqn_difference(
+    ea: Any, eb: Any, env: dict[Any, Any], where: str, elide: bool = False, values: Values = None
+) -> str | None:
     if ea.primitive != eb.primitive:
         return f"{where}: primitive {eb.primitive.name}"
     if len(ea.invars) != len(eb.invars):
         return f"{where}: {len(ea.invars)} operands vs {len(eb.invars)}"
     for i, (x, y) in enumerate(zip(ea.invars, eb.invars)):
-        problem = _atom_difference(x, y, env)
+        problem = _atom_difference(x, y, env, values)
         if problem:
             return f"{where}: operand {i}: {problem}"
     out_a, out_b = [v.aval for v in ea.outvars], [v.aval for v in eb.outvars]
@@ -128,7 +140,7 @@ def _source(closed: Any) -> str | None:
     return getattr(getattr(closed.jaxpr, "debug_info", None), "func_src_info", None)
 
 
-def _atom_difference(x: Any, y: Any, env: dict[Any, Any]) -> str | None:
+def _atom_difference(x: Any, y: Any, env: dict[Any, Any], values: Values = None) -> str | None:
     if isinstance(x, Literal) or isinstance(y, Literal):
         if not (isinstance(x, Literal) and isinstance(y, Literal)):
             return f"{x} vs {y}"
@@ -136,6 +148,9 @@ def _atom_difference(x: Any, y: Any, env: dict[Any, Any]) -> str | None:
         if dtype != y.aval.dtype or not same_bits(np.asarray(x.val, dtype), np.asarray(y.val, dtype)):
             return f"literal {x}:{x.aval} vs {y}:{y.aval}"
         return None
+    if values and x in values[0] and y in values[1]:
+        same = same_bits(np.asarray(values[0][x]), np.asarray(values[1][y]))
+        return None if same else f"constant {values[1][y]} for {values[0][x]}"
     if env.get(x) is not y:
         return f"wired to {y}, expected {env.get(x)}"
     return None

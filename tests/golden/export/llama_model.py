@@ -6,7 +6,17 @@ they were then.
 
 Generic sizes, read from the inputs' shapes (any value the torch code accepts):
 `idx.shape[0]` (and the same size in 4 state buffers); `idx.shape[1]` =
-`input_pos.shape[0]`.
+`input_pos.shape[0]`; `layers.0.attention.kv_cache.k_cache.shape[2]` (and the same
+size in 6 more buffers).
+
+Fixed sizes: `layers.0.attention.kv_cache.k_cache.shape[1]` (and the same size in 4
+more buffers) = 2: the torch code fails at
+layers.0.attention.kv_cache.k_cache.shape[1] = 4 (Incompatible types for
+broadcasting: input type=float32[1,2,8,16] and requested type=float32[1,4,8,16]);
+`layers.0.attention.kv_cache.k_cache.shape[3]` (and the same size in 3 more buffers)
+= 16: the torch code fails at layers.0.attention.kv_cache.k_cache.shape[3] = 32
+(Incompatible types for broadcasting: input type=float32[1,2,8,16] and requested
+type=float32[1,2,8,32]).
 
 Call it:
 
@@ -135,7 +145,7 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos, *, config):
     v = jnp.repeat(v, groups, axis=1)
     softmax = jax.nn.softmax(
         q @ k.mT * q.shape[-1] ** -0.5
-        + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, 64), jnp.float32)),
+        + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)),
         axis=3,
     )
     y = softmax @ v

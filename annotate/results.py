@@ -1,0 +1,153 @@
+"""Every output of one run from its one trace: the main result, ``--json PATH``, ``--html PATH``, ``--check``.
+
+The main result is the module with ``--export``, the JSON map with a bare ``--json``, else the
+comments; it goes to ``-o PATH`` or stdout, and ``-o DIR/`` (comments only) writes an annotated
+copy of every file whose code made JAX. The comments are written unless only other outputs were
+asked for (``--html PATH`` or ``--json PATH`` without ``-o``). ``--check`` adds the comparison
+with torch to whichever of these is written. What cannot be done together is refused by
+`check_outputs` before torch or jax is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jaxside.annotate import files
+from jaxside.annotate.errors import EXIT_OK, Failure
+from jaxside.annotate.output import check_target, emit, write
+
+MAIN = True
+"""``options.json`` for a bare ``--json``: the map is the main result (stdout or ``-o``)."""
+
+
+def main_result(options: argparse.Namespace) -> str | None:
+    """What goes to ``-o`` or stdout: "module", "json", "comments", or None (only other outputs)."""
+    if options.export:
+        return "module"
+    if options.json is MAIN:
+        return "json"
+    if options.output or not (options.html or options.json):
+        return "comments"
+    return None
+
+
+def check_outputs(options: argparse.Namespace) -> None:
+    """Refuse a combination of outputs that cannot be written from one run, before any import."""
+    if options.json is MAIN and options.export:
+        raise Failure("a bare --json and --export both want to be the result on stdout or -o",
+                      "give the map its own path: --export -o model_jax.py --json map.json")
+    main = main_result(options)
+    directory = files.is_directory(options.output)
+    if directory and main != "comments":
+        what = "--export writes one module" if main == "module" else "--json writes one map of every file"
+        raise Failure(f"-o DIR/ writes an annotated copy of each traced file, and {what}",
+                      "give -o a file path", file=options.output)
+    if options.file_name is not None:
+        if directory:
+            raise Failure("--file shows one file's comments, and -o DIR/ writes every file's",
+                          "give one of them")
+        if main != "comments" and not options.html:
+            raise Failure("--file chooses which file's comments or HTML view to write, and this run writes "
+                          "neither", "drop --file, or add --html PATH")
+    paths = _paths(options)
+    stdout = [f"{flag} -" for flag, path in paths.items() if path == "-"]
+    if main and not options.output:
+        stdout.insert(0, f"the {main}")
+    if len(stdout) > 1:
+        two = len(stdout) == 2
+        raise Failure(f"{' and '.join(stdout)} {'both' if two else 'all'} want stdout",
+                      "write one of them to a file" if two else "write all but one of them to files")
+    named = [(flag, Path(path).resolve()) for flag, path in paths.items() if path and path != "-"]
+    for n, (flag, path) in enumerate(named):
+        clash = next((other for other, second in named[n + 1:] if second == path), None)
+        if clash is not None:
+            raise Failure(f"{flag} and {clash} name the same file", "give them different paths",
+                          file=str(paths[flag]))
+    if directory:
+        files.check_directory(options.output, options.file)
+    for flag, path in paths.items():
+        if path and path != "-" and not (flag == "-o" and directory):
+            check_target(path, options, flag)
+
+
+def _paths(options: argparse.Namespace) -> dict[str, str | None]:
+    """The path each output flag names (None: not written)."""
+    return {"-o": options.output if main_result(options) else None, "--html": options.html,
+            "--json": options.json if isinstance(options.json, str) else None}
+
+
+def write_results(
+    options: argparse.Namespace,
+    trace: Any,
+    entry: Any,
+    retrace: Callable[[Any], Any] | None,
+    say: Callable[[str], None],
+) -> int:
+    """Write every output the options ask for from `trace`; the exit code (1: --check found a mismatch)."""
+    from jaxside.annotate.loading import source_encoding
+
+    main = main_result(options)
+    traced = files.choose(trace, options.file, options.file_name, _shown_as(options))
+    views = main == "comments" or options.html
+    copies = main == "comments" and files.is_directory(options.output)
+    for flag, path in _paths(options).items():  # before anything is written
+        if path and path != "-" and not (flag == "-o" and copies):
+            files.refuse_sources(path, traced, flag)
+    if views and not copies:
+        text = files.note(traced, options.file)
+        if text is not None:
+            say(text)
+    if main == "json":
+        emit(_json(trace), options)
+    elif copies:
+        write_copies(options, trace, traced)
+    elif main == "comments":
+        text = _comments(trace, traced.shown, options)
+        emit(text, options, encoding=source_encoding(traced.shown))
+    if isinstance(options.json, str):
+        write(_json(trace), options.json, options, "--json")
+    if options.html:
+        from jaxside.render.html import side_by_side
+
+        write(side_by_side(trace, traced.shown, shapes=options.shapes), options.html, options, "--html")
+    if options.export or options.check:
+        from jaxside.annotate.export import run
+
+        return run(options, entry, trace, retrace)
+    return EXIT_OK
+
+
+def write_copies(options: argparse.Namespace, trace: Any, traced: files.Traced) -> None:
+    """``-o DIR/``: an annotated copy of each traced file, in that file's own encoding."""
+    from jaxside.annotate.loading import source_encoding
+
+    copies = files.copy_paths(traced, options.output)
+    for target in copies.values():
+        files.refuse_sources(target, traced, "-o")
+    texts = {source: _comments(trace, source, options) for source in copies}
+    for source, target in copies.items():  # every target checked before the first is written
+        target.parent.mkdir(parents=True, exist_ok=True)
+        check_target(str(target), argparse.Namespace(**{**vars(options), "file": source}), "-o")
+    for source, target in copies.items():
+        write(texts[source], str(target), options, "-o", encoding=source_encoding(source))
+
+
+def _comments(trace: Any, path: str, options: argparse.Namespace) -> str:
+    from jaxside.render.comments import annotate_file
+
+    return annotate_file(trace, path, shapes=options.shapes)
+
+
+def _json(trace: Any) -> str:
+    from jaxside.render.json import to_json
+
+    return to_json(trace)
+
+
+def _shown_as(options: argparse.Namespace) -> str | None:
+    """FILE's name in notes when it was read from a pipe (`<stdin>`), else None."""
+    shown = getattr(options, "shown_file", options.file)
+    return shown if shown != options.file else None
