@@ -159,11 +159,11 @@ class Attention(nn.Module):
         #     axis=2,
         # )  ×2
         q = q.view(bsz, seqlen, self.n_head, self.head_dim)
-        # q = jnp.reshape(q, (1, 8, config.n_head, config.head_dim))  ×2
+        # q = jnp.reshape(q, (x.shape[0], x.shape[1], config.n_head, config.head_dim))  ×2
         k = k.view(bsz, seqlen, self.n_local_heads, self.head_dim)
-        # k = jnp.reshape(k, (1, 8, config.n_local_heads, config.head_dim))  ×2
+        # k = jnp.reshape(k, (x.shape[0], x.shape[1], config.n_local_heads, config.head_dim))  ×2
         v = v.view(bsz, seqlen, self.n_local_heads, self.head_dim)
-        # v = jnp.reshape(v, (1, 8, config.n_local_heads, config.head_dim))  ×2
+        # v = jnp.reshape(v, (x.shape[0], x.shape[1], config.n_local_heads, config.head_dim))  ×2
 
         q = apply_rotary_emb(q, freqs_cis)  # q = apply_rotary_emb(q, freqs_cis)  ×2
         k = apply_rotary_emb(k, freqs_cis)  # k = apply_rotary_emb(k, freqs_cis)  ×2
@@ -187,7 +187,10 @@ class Attention(nn.Module):
         # )  ×2
         # y = softmax @ v
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
-        # y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, config.n_head * config.head_dim))  ×2
+        # y = jnp.reshape(
+        #     jnp.transpose(y, (0, 2, 1, 3)),
+        #     (x.shape[0], x.shape[1], config.n_head * config.head_dim),
+        # )  ×2
         return self.wo(y)
         # return (y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state})  ×2
 

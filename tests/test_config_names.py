@@ -264,3 +264,24 @@ def test_names_stage_the_same_bits_under_jit(kind, monkeypatch):
         out = jax.jit(module.forward)(module.load_params(model), *to_jax((idx,)))
         outputs.append(np.asarray(out["logits"] if isinstance(out, dict) else out))
     assert outputs[0].tobytes() == outputs[1].tobytes() == outputs[2].tobytes()
+
+
+def test_a_size_unpacked_from_a_shape_is_read_from_it():
+    """nanoGPT's `B, T, C = x.size()` then `view(B, T, self.n_head, C // self.n_head)`."""
+
+    class Heads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n_head = 3
+            self.proj = nn.Linear(12, 12)
+
+        def forward(self, x):
+            B, T, C = x.size()
+            return self.proj(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+
+    torch.manual_seed(0)
+    model, x = Heads(), torch.randn(2, 5, 12)
+    program = lower(Capture()(model, x))
+    text = render_program(program, source="test")
+    assert "(x.shape[0], x.shape[1], config.n_head, x.shape[2] // config.n_head)" in text, text
+    assert check(load_module(text), program, model, (x,), {})[0].ok

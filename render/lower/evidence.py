@@ -168,13 +168,15 @@ class Reader:
                 return Named(values[index.value], ast.Subscript(holder_node, index.expr))
         return None
 
-    def _shape(self, holder: ast.AST, axis: int) -> Named | None:
-        """`x.shape[-1]` of a tensor argument the def takes under torch's name."""
+    def _shape(self, holder: ast.AST, axis: int, line: int | None = None) -> Named | None:
+        """`x.shape[-1]` of a tensor argument the def takes under torch's name (as it was at
+        `line`, this line by default)."""
+        line = self.line if line is None else line
         if not isinstance(holder, ast.Name) or holder.id not in self.torch_params:
             return None
         shape = self.owner.shapes.get(holder.id)
         first = self.owner.function.calls[0]
-        if any(name == holder.id and line < self.line for name, line, _ in first.bindings):
+        if any(name == holder.id and at < line for name, at, _ in first.bindings):
             return None  # torch rebound it before this line: not the argument any more
         if shape is None or holder.id not in self.owner.function.params:
             return None
@@ -192,8 +194,10 @@ class Reader:
             return None
         line, value = bound[-1]
         right = assigned(self.owner.function, line, name)
-        if right is None:
-            return None
+        if right is None:  # `B, T, C = x.size()`: C is `x.shape[2]`
+            found = unpacked(self.owner.function, line, name)
+            shape = self._shape(found[0], found[1], line) if found else None
+            return shape if shape is not None and shape.value == value else None
         inner = self.read(right, depth + 1)
         if inner is None or inner.value != value or type(inner.value) is not type(value):
             return None
@@ -265,4 +269,25 @@ def assigned(function: Function, line: int, name: str) -> ast.expr | None:
                 statement.targets[0].id == name
             ):
                 return statement.value
+    return None
+
+
+def unpacked(function: Function, line: int, name: str) -> tuple[ast.expr, int] | None:
+    """`(x, 2)` where `name` is the third of `B, T, C = x.size()` (or `= x.shape`) at `line`."""
+    call = function.calls[0]
+    node = torch_source.function_at(torch_source.tree(call.file), call.line)
+    for statement in ast.walk(node) if node is not None else ():
+        if not isinstance(statement, ast.Assign):
+            continue
+        if not statement.lineno <= line <= (statement.end_lineno or 0):
+            continue
+        target, value = statement.targets[0], statement.value
+        if len(statement.targets) != 1 or not isinstance(target, ast.Tuple):
+            continue
+        if isinstance(value, ast.Call) and not value.args and not value.keywords:
+            if isinstance(value.func, ast.Attribute) and value.func.attr == "size":
+                value = value.func
+        names = [t.id if isinstance(t, ast.Name) else None for t in target.elts]
+        if isinstance(value, ast.Attribute) and value.attr in ("shape", "size") and name in names:
+            return value.value, names.index(name)
     return None
