@@ -19,7 +19,10 @@ _IMPORTS = {
     "lax": "from jax import lax",
     "np": "import numpy as np",
     "dataclasses": "import dataclasses",
+    "math": "import math",
 }
+_STANDARD = ("dataclasses", "math")
+"""Imports of the standard library: their own block, before jax's (as isort sorts them)."""
 
 
 def export_module(trace: Trace, *, source: str) -> str:
@@ -39,11 +42,12 @@ def render_program(program: Program, *, source: str) -> str:
         used |= {"dataclasses"}
         constants_text = _config_class(program)
         loader = "\n\n\n".join(filter(None, [loader, _config_from(program)]))
-    imports = [line for name, line in _IMPORTS.items() if name in used and name != "dataclasses"]
+    imports = [line for name, line in _IMPORTS.items() if name in used and name not in _STANDARD]
+    standard = [_IMPORTS[name] for name in _STANDARD if name in used]
     docstring = user_text.docstring(_docstring(program, source))
     # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after
     # the imports (two before a def), two around defs.
-    top = [docstring] + (["import dataclasses"] if program.config else [])
+    top = [docstring] + (["\n".join(standard)] if standard else [])
     top += ["\n".join(sorted(imports, key=_import_order))] if imports else []
     if loader and program.state_paths:
         top.append(_state_constant(program))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
@@ -267,7 +268,8 @@ def test_names_stage_the_same_bits_under_jit(kind, monkeypatch):
 
 
 def test_a_size_unpacked_from_a_shape_is_read_from_it():
-    """nanoGPT's `B, T, C = x.size()` then `view(B, T, self.n_head, C // self.n_head)`."""
+    """nanoGPT's `B, T, C = x.size()` then `view(B, T, self.n_head, C // self.n_head)`, and its
+    scale `1.0 / math.sqrt(k.size(-1))`."""
 
     class Heads(nn.Module):
         def __init__(self) -> None:
@@ -277,11 +279,13 @@ def test_a_size_unpacked_from_a_shape_is_read_from_it():
 
         def forward(self, x):
             B, T, C = x.size()
-            return self.proj(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            q = self.proj(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            return (q @ q.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
 
     torch.manual_seed(0)
     model, x = Heads(), torch.randn(2, 5, 12)
     program = lower(Capture()(model, x))
     text = render_program(program, source="test")
     assert "(x.shape[0], x.shape[1], config.n_head, x.shape[2] // config.n_head)" in text, text
+    assert "* (1.0 / math.sqrt(q.shape[-1]))" in text and "\nimport math\n" in text, text
     assert check(load_module(text), program, model, (x,), {})[0].ok

@@ -87,7 +87,7 @@ def _name_literals(owner: Owner, fields: Fields) -> None:
             expression = _expression(at)
             if expression is None:
                 continue
-            reader = Reader(owner, fields, at.line, torch_params)
+            reader = Reader(owner, fields, at.line, torch_params, _jax_names(owner, value))
             choice = _choose(reader, expression, parent, node, at)
             choice = choice or _attention_scale(owner, expression, value, node)
             if choice is None:
@@ -100,6 +100,17 @@ def _name_literals(owner: Owner, fields: Fields) -> None:
             if type(literal(node)) is float and type(choice.value) is int:  # `x ** 2.0` is not `x ** 2`
                 expr = ast.Call(named("float"), [expr], [])
             put(parent, attr, index, expr)
+
+
+def _jax_names(owner: Owner, value: ast.expr) -> dict[str, str]:
+    """Per torch local, the one name the statement reads for it (`k`, or `k_1` where torch rebound
+    `k`); none where the statement reads two."""
+    bases = owner.function.scope.bases
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(value):
+        if isinstance(node, ast.Name):
+            found.setdefault(bases.get(node.id, node.id), set()).add(node.id)
+    return {base: ids.pop() for base, ids in found.items() if len(ids) == 1}
 
 
 def _statements(body: list[Statement]) -> list[Statement]:

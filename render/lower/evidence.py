@@ -109,11 +109,16 @@ class Reader:
     """Torch expressions of one line evaluated on the evidence: the module's attributes, the
     locals the line's function bound to numbers before it, the shapes of the def's arguments."""
 
-    def __init__(self, owner: Owner, fields: Fields, line: int, torch_params: set[str]) -> None:
+    def __init__(
+        self, owner: Owner, fields: Fields, line: int, torch_params: set[str],
+        names: dict[str, str] | None = None,
+    ) -> None:
         self.owner = owner
         self.fields = fields
         self.line = line
         self.torch_params = torch_params
+        self.names = names or {}
+        """The one name the JAX statement reads for each torch local (`k` -> `k_1`)."""
 
     def read(self, node: ast.AST, depth: int = 0) -> Named | None:
         if depth > 8:
@@ -146,6 +151,12 @@ class Reader:
             return Named(-inner.value, ast.UnaryOp(ast.USub(), inner.expr), inner.locals)
         if isinstance(node, ast.Subscript):
             return self._subscript(node, depth)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "math.sqrt" and len(node.args) == 1:
+            inner = self.read(node.args[0], depth + 1)
+            if inner is None or inner.value < 0:
+                return None
+            sqrt = ast.Attribute(named("math"), "sqrt", ast.Load())
+            return Named(math.sqrt(inner.value), ast.Call(sqrt, [inner.expr], []), inner.locals)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size":
             if len(node.args) == 1 and not node.keywords:
                 index = self.read(node.args[0], depth + 1)
@@ -172,6 +183,8 @@ class Reader:
         """`x.shape[-1]` of a tensor argument the def takes under torch's name (as it was at
         `line`, this line by default)."""
         line = self.line if line is None else line
+        if isinstance(holder, ast.Name) and holder.id in self.names and holder.id not in self.torch_params:
+            return self._local_shape(holder.id, axis, line)
         if not isinstance(holder, ast.Name) or holder.id not in self.torch_params:
             return None
         shape = self.owner.shapes.get(holder.id)
@@ -186,6 +199,19 @@ class Reader:
             return None
         return Named(shape[axis], ast.Subscript(ast.Attribute(named(holder.id), "shape", ast.Load()),
                                                 ast.Constant(axis), ast.Load()))
+
+    def _local_shape(self, name: str, axis: int, line: int) -> Named | None:
+        """`k.shape[-1]` of a tensor local torch bound before `line`, the same size in every call,
+        under the one name the JAX statement gives that local."""
+        sizes = set()
+        for call in self.owner.function.calls:
+            bound = [var for local, at, var in call.bindings if local == name and at < line]
+            shape = tuple(getattr(getattr(bound[-1], "aval", None), "shape", ())) if bound else ()
+            sizes.add(shape[axis] if -len(shape) <= axis < len(shape) else None)
+        if len(sizes) != 1 or None in sizes:
+            return None
+        expr = ast.Subscript(ast.Attribute(named(self.names[name]), "shape", ast.Load()), ast.Constant(axis))
+        return Named(sizes.pop(), expr)
 
     def _local(self, name: str, depth: int) -> Named | None:
         """A local the function bound to a number before this line, from attributes alone."""
