@@ -212,7 +212,7 @@ def test_the_hf_llama_reads_like_its_torch():
 
 @pytest.mark.parametrize("kind", ["fast", "hf"])
 def test_config_from_another_model_runs_it(kind):
-    """The export traced at 9 heads runs a model built with 6 (and width 48) by its config."""
+    """The export traced at 9 heads runs a model built with 4 (and width 64) by its config."""
     module = load_module(exported(kind)[3])
     traced = BUILDERS[kind]()
     assert module.config_from(traced) == module.Config()
