@@ -115,6 +115,7 @@ def comment_lines(note: Note, indent: str = "", width: int | None = None) -> lis
     lines = []
     for text in note.texts:
         wrapped = wrap_text(text, len(indent) + 2, width) if width else [text]
+        wrapped = [line for part in wrapped for line in part.split("\n")]  # `if has_skip:` and its body
         if not lines:
             wrapped[-1] += suffix  # the count closes the first statement, however long it is
         lines += [f"{indent}# {line}" for line in wrapped]

@@ -158,9 +158,12 @@ def _position(parent: ast.AST, attr: str, index: int | None) -> bool:
 
 
 def _indexes(node: ast.AST) -> set[int]:
-    """`0` in `x[..., 0]`, `x[0]`: the indexes of a subscript, by `id` (its slices' bounds are sizes)."""
+    """`0` in `x[..., 0]`, `x[0]`: the indexes of a subscript, by `id` (its slices' bounds are sizes,
+    but for a shape's: `3` in `x.shape[:3]` counts dimensions)."""
     if not isinstance(node, ast.Subscript):
         return set()
+    if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+        return {id(n) for n in ast.walk(node.slice)}
     items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     return {id(item) for item in items if isinstance(item, (ast.Constant, ast.UnaryOp))}
 

@@ -205,6 +205,8 @@ class Reader:
         under the one name the JAX statement gives that local."""
         sizes = set()
         for call in self.owner.function.calls:
+            if any(local == name and line <= at < self.line for local, at, _ in call.bindings):
+                return None  # rebound between: the statement reads another value of that name
             bound = [var for local, at, var in call.bindings if local == name and at < line]
             shape = tuple(getattr(getattr(bound[-1], "aval", None), "shape", ())) if bound else ()
             sizes.add(shape[axis] if -len(shape) <= axis < len(shape) else None)
