@@ -111,7 +111,8 @@ def load_module(text: str, name: str = "jaxside_export") -> types.ModuleType:
     """Import exported source as a module (not registered in `sys.modules`)."""
     module = types.ModuleType(name)
     module.__file__ = f"<{name}>"
-    exec(compile(text, module.__file__, "exec"), module.__dict__)
+    # dont_inherit: not this file's `from __future__ import annotations` (`Config` needs real types)
+    exec(compile(text, module.__file__, "exec", dont_inherit=True), module.__dict__)
     return module
 
 

@@ -168,7 +168,8 @@ def _save_run(source: Path, export: Path, folder: Path) -> None:
     entry = "forward" if isinstance(fn, torch.nn.Module) else fn.__name__
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     arguments = inspect.signature(target).bind(*args, **(rest[0] if rest else {})).arguments
-    names = list(inspect.signature(getattr(module, entry)).parameters)
+    parameters = inspect.signature(getattr(module, entry)).parameters.values()
+    names = [p.name for p in parameters if p.kind != p.KEYWORD_ONLY]  # not `config`: it defaults
     inputs: list[Any] = []
     if names[:2] == ["params", "state"]:
         inputs += list(module.load_params(fn))
@@ -203,7 +204,8 @@ def without_torch(folder: Path) -> None:
     saved = pickle.loads((folder / "run.pkl").read_bytes())
     export = next(folder.glob("*_jax.py"))
     namespace: dict[str, Any] = {"__name__": "zoo_export"}
-    exec(compile(export.read_text(), str(export), "exec"), namespace)
+    # dont_inherit: not this file's `from __future__ import annotations` (`Config` needs real types)
+    exec(compile(export.read_text(), str(export), "exec", dont_inherit=True), namespace)
     inputs = jax.tree_util.tree_map(lambda x: jax.random.key(0) if isinstance(x, str) and x == "<key>" else x,
                                     saved["inputs"])
     result = jax.jit(namespace[saved["entry"]])(*inputs) if _all_arrays(saved["result"]) else (

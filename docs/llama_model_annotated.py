@@ -91,7 +91,7 @@ class Transformer(nn.Module):
         self.register_buffer("causal_mask", causal_mask)
 
     def forward(self, idx: Tensor, input_pos: Tensor) -> Tensor:
-        # jax: def forward(params, state, idx, input_pos)
+        # jax: def forward(params, state, idx, input_pos, *, config=Config())
         """idx: (batch, seq) token ids at positions input_pos: (seq,) -> logits (batch, seq, vocab)."""
         freqs_cis = self.freqs_cis[input_pos]  # freqs_cis = params["freqs_cis"][input_pos]
         mask = self.causal_mask[None, None, input_pos]
@@ -101,10 +101,10 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, input_pos, freqs_cis, mask)
             # x, new_layer_state = transformer_block_forward(
-            #     layer, layer_state, x, input_pos, freqs_cis, mask
+            #     layer, layer_state, x, input_pos, freqs_cis, mask, config=config
             # )  ×2
         return self.output(self.norm(x))
-        # norm_x = rms_norm_forward(params["norm"], x)
+        # norm_x = rms_norm_forward(params["norm"], x, config=config)
         # return (norm_x @ params["output"]["weight"].T, {"layers": new_layer_states})
 
 
@@ -117,19 +117,20 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
 
     def forward(self, x: Tensor, input_pos: Tensor, freqs_cis: Tensor, mask: Tensor) -> Tensor:
-        # jax: def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask)  ×2
+        # jax: def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask, *, config)  ×2
         h = x + self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)
         # attention, new_attention_state = attention_forward(
         #     params["attention"],
         #     state["attention"],
-        #     rms_norm_forward(params["attention_norm"], x),
+        #     rms_norm_forward(params["attention_norm"], x, config=config),
         #     freqs_cis,
         #     mask,
         #     input_pos,
+        #     config=config,
         # )  ×2
         # h = x + attention
         out = h + self.feed_forward(self.ffn_norm(h))
-        # ffn_norm_h = rms_norm_forward(params["ffn_norm"], h)  ×2
+        # ffn_norm_h = rms_norm_forward(params["ffn_norm"], h, config=config)  ×2
         # feed_forward = feed_forward_forward(params["feed_forward"], ffn_norm_h)
         # out = h + feed_forward
         return out  # return (out, {"attention": new_attention_state})  ×2
@@ -149,15 +150,20 @@ class Attention(nn.Module):
         self.kv_cache: KVCache | None = None
 
     def forward(self, x: Tensor, freqs_cis: Tensor, mask: Tensor, input_pos: Tensor) -> Tensor:
-        # jax: def attention_forward(params, state, x, freqs_cis, mask, input_pos)  ×2
+        # jax: def attention_forward(params, state, x, freqs_cis, mask, input_pos, *, config)  ×2
         bsz, seqlen, _ = x.shape
         q, k, v = self.wqkv(x).split(self.split_sizes, dim=-1)
-        # q, k, v = jnp.split(x @ params["wqkv"]["weight"].T, [64, 96], axis=2)  ×2
-        q = q.view(bsz, seqlen, self.n_head, self.head_dim)  # q = jnp.reshape(q, (1, 8, 4, 16))  ×2
+        # q, k, v = jnp.split(
+        #     x @ params["wqkv"]["weight"].T,
+        #     [config.split_sizes[0], sum(config.split_sizes[:2])],
+        #     axis=2,
+        # )  ×2
+        q = q.view(bsz, seqlen, self.n_head, self.head_dim)
+        # q = jnp.reshape(q, (x.shape[0], x.shape[1], config.n_head, config.head_dim))  ×2
         k = k.view(bsz, seqlen, self.n_local_heads, self.head_dim)
-        # k = jnp.reshape(k, (1, 8, 2, 16))  ×2
+        # k = jnp.reshape(k, (x.shape[0], x.shape[1], config.n_local_heads, config.head_dim))  ×2
         v = v.view(bsz, seqlen, self.n_local_heads, self.head_dim)
-        # v = jnp.reshape(v, (1, 8, 2, 16))  ×2
+        # v = jnp.reshape(v, (x.shape[0], x.shape[1], config.n_local_heads, config.head_dim))  ×2
 
         q = apply_rotary_emb(q, freqs_cis)  # q = apply_rotary_emb(q, freqs_cis)  ×2
         k = apply_rotary_emb(k, freqs_cis)  # k = apply_rotary_emb(k, freqs_cis)  ×2
@@ -171,15 +177,20 @@ class Attention(nn.Module):
             # (k, v), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k, v)  ×2
 
         groups = self.n_head // self.n_local_heads
-        k = k.repeat_interleave(groups, dim=1)  # k = jnp.repeat(k, 2, axis=1)  ×2
-        v = v.repeat_interleave(groups, dim=1)  # v = jnp.repeat(v, 2, axis=1)  ×2
+        k = k.repeat_interleave(groups, dim=1)  # k = jnp.repeat(k, groups, axis=1)  ×2
+        v = v.repeat_interleave(groups, dim=1)  # v = jnp.repeat(v, groups, axis=1)  ×2
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0)
         # softmax = jax.nn.softmax(
-        #     q @ k.mT * 0.25 + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)), axis=3
+        #     q @ k.mT * q.shape[-1] ** (-0.5)
+        #     + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
+        #     axis=3,
         # )  ×2
         # y = softmax @ v
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
-        # y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (1, 8, 64))  ×2
+        # y = jnp.reshape(
+        #     jnp.transpose(y, (0, 2, 1, 3)),
+        #     (x.shape[0], x.shape[1], config.n_head * config.head_dim),
+        # )  ×2
         return self.wo(y)
         # return (y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state})  ×2
 
@@ -203,13 +214,13 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def _norm(self, x: Tensor) -> Tensor:  # jax: def rms_norm_norm(x)  ×5
+    def _norm(self, x: Tensor) -> Tensor:  # jax: def rms_norm_norm(x, *, config)  ×5
         return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps)
-        # return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + 1e-05)  ×5
+        # return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + config.eps)  ×5
 
-    def forward(self, x: Tensor) -> Tensor:  # jax: def rms_norm_forward(params, x)  ×5
+    def forward(self, x: Tensor) -> Tensor:  # jax: def rms_norm_forward(params, x, *, config)  ×5
         return self._norm(x.float()).type_as(x) * self.weight
-        # return rms_norm_norm(x) * params["weight"]  ×5
+        # return rms_norm_norm(x, config=config) * params["weight"]  ×5
 
 
 def precompute_freqs_cis(seq_len: int, n_elem: int, base: float = 10000.0) -> Tensor:
@@ -231,7 +242,7 @@ def apply_rotary_emb(x: Tensor, freqs_cis: Tensor) -> Tensor:
     sin = freqs_cis[:, None, :, 1]  # sin = freqs_cis[:, None, :, 1]  ×4
     rotated = torch.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], dim=-1)
     # rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)  ×4
-    return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], 16))  ×4
+    return rotated.flatten(-2).type_as(x)  # return jnp.reshape(rotated, (1, 8, x.shape[2], -1))  ×4
 
 
 def build(name: str = "tiny", device: str | torch.device | None = None) -> Transformer:

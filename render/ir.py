@@ -13,6 +13,7 @@ import ast
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from jaxside.render import names as naming
 from jaxside.render.names import Scope
@@ -261,6 +262,9 @@ class Program:
     """Primitives without a rule, rendered as their exact `bind` (count of equations)."""
     sizes: Sizes | None = None
     """Which input dimensions are generic and which fixed (None: every size as traced)."""
+    config: list[Any] = field(default_factory=list)
+    """The fields of the export's `Config` (`render.lower.attributes.ConfigField`): the torch
+    modules' attributes the defs read by name."""
 
     @property
     def takes_params(self) -> bool:

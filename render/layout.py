@@ -105,8 +105,7 @@ def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
     if isinstance(node, ast.FunctionDef):
         lines = [pad + "@" + line for d in node.decorator_list for line in laid(docs.expr(d, False))]
         args = node.args
-        plain = not (args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults)
-        params = [a.arg for a in args.args] if plain else [ast.unparse(args)]
+        params = _parameters(args)
         if not params or params == [""]:
             lines += laid(f"def {node.name}():")
         else:
@@ -169,3 +168,20 @@ def wrap_text(text: str, indent: int, width: int) -> list[str]:
     return lines
 
 
+def _parameters(args: ast.arguments) -> list[str]:
+    """Each parameter as ruff lays one on its line: `x`, `*`, `config`, `stride=2`."""
+    positional = args.posonlyargs + args.args
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    parts = [a.arg if d is None else f"{a.arg}={ast.unparse(d)}" for a, d in zip(positional, defaults)]
+    if args.posonlyargs:
+        parts.insert(len(args.posonlyargs), "/")
+    if args.vararg:
+        parts.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [
+        a.arg if d is None else f"{a.arg}={ast.unparse(d)}" for a, d in zip(args.kwonlyargs, args.kw_defaults)
+    ]
+    if args.kwarg:
+        parts.append("**" + args.kwarg.arg)
+    return parts

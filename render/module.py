@@ -9,6 +9,7 @@ from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower import lower
+from jaxside.render.lower.config import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
 from jaxside.tracing.trace import Trace
@@ -18,7 +19,11 @@ _IMPORTS = {
     "jnp": "import jax.numpy as jnp",
     "lax": "from jax import lax",
     "np": "import numpy as np",
+    "dataclasses": "import dataclasses",
+    "math": "import math",
 }
+_STANDARD = ("dataclasses", "math")
+"""Imports of the standard library: their own block, before jax's (as isort sorts them)."""
 
 
 def export_module(trace: Trace, *, source: str) -> str:
@@ -34,15 +39,23 @@ def render_program(program: Program, *, source: str) -> str:
     used = {n.id for tree in defs + constants for n in ast.walk(tree) if isinstance(n, ast.Name)}
     if loader:
         used |= {"jnp"}
-    imports = [line for name, line in _IMPORTS.items() if name in used]
+    if program.config:
+        used |= {"dataclasses"}
+        constants_text = _config_class(program)
+        loader = "\n\n\n".join(filter(None, [loader, _config_from(program)]))
+    imports = [line for name, line in _IMPORTS.items() if name in used and name not in _STANDARD]
+    standard = [_IMPORTS[name] for name in _STANDARD if name in used]
     docstring = user_text.docstring(_docstring(program, source))
     # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after
     # the imports (two before a def), two around defs.
-    top = [docstring] + (["\n".join(sorted(imports, key=_import_order))] if imports else [])
+    top = [docstring] + (["\n".join(standard)] if standard else [])
+    top += ["\n".join(sorted(imports, key=_import_order))] if imports else []
     if loader and program.state_paths:
         top.append(_state_constant(program))
     if constants:
         top.append("\n".join(line for c in constants for line in format_statement(c, 0, MODULE_WIDTH)))
+    if program.config:
+        top.append("\n" + constants_text)  # two blank lines before a class
     blocks = ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in defs] + ([loader] if loader else [])
     text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
     user_text.check_compiles(text, "module")
@@ -75,6 +88,16 @@ def _docstring(program: Program, source: str) -> str:
         call.append("    params = load_params(model)  # the torch module, or its state_dict")
     call.append(f"    {outputs} = {entry.name}({', '.join(entry.params)})")
     paragraphs.append("\n".join(call))
+    if program.config:
+        keyword = next(
+            (k.name for k in entry.keywords if ast.unparse(k.default or ast.Constant(None)) == "Config()"),
+            "config",
+        )
+        paragraphs.append(
+            "Config: the numbers the torch code read from its modules are the fields of `Config`, "
+            "the traced model's by default; for another model built the same way, pass "
+            f"`{keyword}=config_from(model)` (under `jax.jit`, as a static argument)."
+        )
     if program.takes_params:
         paragraphs.append(
             "`params` nests the torch tensors by their dotted names, numbered children as lists: "
@@ -174,6 +197,36 @@ def _state_constant(program: Program) -> str:
     return (
         f"STATE_BUFFERS = ({items}\n)\n"
         + '"""Buffers the torch code writes in place: `state` in, new state out."""'
+    )
+
+
+# -- the config --------------------------------------------------------------------------------------
+
+
+def _config_class(program: Program) -> str:
+    """`Config`: the torch attributes the defs read, with the traced model's values as defaults."""
+    first = program.config[0]
+    doc = textwrap.fill(
+        "The numbers the torch code read from its modules, as the traced model had them "
+        f"(`config.{first.name}` for `self.{first.attribute}`). `config_from(model)` reads them from a "
+        f"torch module; `dataclasses.replace(Config(), {first.name}=...)` changes one.",
+        MODULE_WIDTH - 3, initial_indent="    ", subsequent_indent="    ", break_long_words=False,
+        break_on_hyphens=False,
+    )
+    lines = ["@dataclasses.dataclass(frozen=True)", "class Config:", f'    """{doc[4:]}"""', ""]
+    for f in program.config:
+        kind = type(f.value).__name__
+        lines.append(f"    {f.name}: {kind} = {f.value!r}")
+    return "\n".join(lines)
+
+
+def _config_from(program: Program) -> str:
+    items = "".join(f"\n        {f.name}={accessor(f)}," for f in program.config)
+    return (
+        "def config_from(model):\n"
+        '    """The `Config` of a torch module built as the traced one, for\n'
+        f'    `{program.entry.name}(..., config=config_from(model))`."""\n'
+        f"    return Config({items}\n    )"
     )
 
 

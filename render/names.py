@@ -263,7 +263,8 @@ class Scope:
 
 BUILTINS: frozenset[str] = frozenset(dir(builtins))
 GENERATED_BUILTINS: frozenset[str] = frozenset(
-    {"range", "zip", "tuple", "list", "len", "enumerate", "complex", "float", "ValueError"}
+    {"range", "zip", "tuple", "list", "len", "enumerate", "complex", "float", "sum", "ValueError"}
 )
-"""Builtins generated defs call themselves (`complex(1.0, 2.0)` for a complex literal); a local never
-takes one of these names. tests/test_injection.py checks every export against this list."""
+"""Builtins generated defs call themselves (`complex(1.0, 2.0)` for a complex literal, `sum(...)`
+for split points); a local never takes one of these names. tests/test_injection.py checks every export
+against this list."""

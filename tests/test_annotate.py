@@ -84,8 +84,9 @@ def test_golden_annotated(name):
 
 def test_llama_loop_and_shared_defs_show_counts():
     _, text, _ = annotated("llama_model")
-    assert "# jax: def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask)  ×2" in text
-    assert "# jax: def rms_norm_forward(params, x)  ×5" in text
+    block = "# jax: def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask, *, config)"
+    assert block + "  ×2" in text
+    assert "# jax: def rms_norm_forward(params, x, *, config)  ×5" in text
     assert "# x, new_layer_state = transformer_block_forward(" in text
 
 

@@ -159,7 +159,7 @@ def test_module_is_plain_jax_a_person_can_read(name):
     for node in tree.body:
         if isinstance(node, ast.Import):
             imported |= {alias.asname or alias.name for alias in node.names}
-            assert all(alias.name.split(".")[0] in ("jax", "numpy") for alias in node.names)
+            assert all(alias.name.split(".")[0] in ("jax", "numpy", "dataclasses") for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported |= {alias.asname or alias.name for alias in node.names}
             assert node.module.split(".")[0] in ("jax", "numpy")

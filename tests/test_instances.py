@@ -81,12 +81,12 @@ def test_blocks_of_other_strides_widths_and_branches_share_one_def():
     # three blocks without a skip (strides 1, 2, 2; kernels 3, 5, 3), two with one (kernels 3, 5)
     (block,) = blocks.values()
     assert block.name == "block_forward"
-    assert [a.arg for a in block.args.kwonlyargs] == ["stride", "padding", "has_skip"]
-    assert [ast.unparse(d) if d else None for d in block.args.kw_defaults] == [None, None, "False"]
+    assert [a.arg for a in block.args.kwonlyargs] == ["stride", "padding", "has_skip", "config"]  # config.eps
+    assert [ast.unparse(d) if d else None for d in block.args.kw_defaults] == [None, None, "False", None]
     (branch,) = [n for n in ast.walk(block) if isinstance(n, ast.If)]
     assert ast.unparse(branch.test) == "has_skip" and not branch.orelse
     assert "window_strides=(stride, stride)" in render_program(program, source="test")
-    assert keywords_of_calls(program, "block_forward") == [
+    assert [k.replace(", config=config", "") for k in keywords_of_calls(program, "block_forward")] == [
         "stride=1, padding=1", "stride=2, padding=2", "stride=1, padding=1, has_skip=True",
         "stride=2, padding=1", "stride=1, padding=2, has_skip=True",
     ]
@@ -165,7 +165,7 @@ def test_a_config_equal_in_every_call_stays_a_number():
     model = torch.nn.Sequential(Block(3, 8, 2, 3), Block(8, 16, 2, 3)).eval()
     module, program = export(model, torch.randn(1, 3, 16, 16))
     (block,) = defs_of(program, "Block.forward").values()
-    assert block.args.kwonlyargs == []  # strides and paddings equal: nothing to pass
+    assert [a.arg for a in block.args.kwonlyargs] == ["config"]  # strides and paddings equal: only the eps
     assert "window_strides=(2, 2)" in ast.unparse(block)
     assert_equals_torch(module, program, model, torch.randn(1, 3, 16, 16))
 
@@ -179,7 +179,7 @@ def test_timm_resnet18_has_one_def_for_its_blocks():
     module, program = export(model, torch.randn(1, 3, 32, 32))
     (block,) = defs_of(program, "BasicBlock.forward").values()
     assert block.name == "basic_block_forward"
-    assert [a.arg for a in block.args.kwonlyargs] == ["stride", "downsample"]
+    assert [a.arg for a in block.args.kwonlyargs] == ["stride", "downsample", "config"]
     assert_equals_torch(module, program, model, torch.randn(1, 3, 32, 32))
 
 

@@ -59,7 +59,7 @@ def test_sizes_are_expressions_the_torch_code_named():
     _, _, module, program = sample("llama_model")
     text = render_program(program, source="test")
     assert "bsz, seqlen, _ = x.shape" in text
-    assert "jnp.reshape(q, (bsz, seqlen, 4, 16))" in text
+    assert "jnp.reshape(q, (bsz, seqlen, config.n_head, config.head_dim))" in text
     assert "(1, 8, 4, 16)" not in text
     generic = [[str(d) for d in dims if not d.state] for dims in program.sizes.generic]
     assert generic == [["idx.shape[0]"], ["idx.shape[1]", "input_pos.shape[0]"], []]
@@ -151,7 +151,7 @@ def test_check_runs_at_a_smaller_and_a_larger_shape_and_static_shapes_keeps_the_
     assert main([str(SAMPLES / "cnn.py"), "--export", "-o", str(out), "--check", "--static-shapes"]) == 0
     assert "and at a" not in capsys.readouterr().err  # no other shape: every size as traced
     static = out.read_text(encoding="utf-8")
-    assert "(x.shape[0], 32)" in generic and "(2, 32)" in static and "x.shape" not in static
+    assert "(x.shape[0], -1)" in generic and "(2, -1)" in static and "x.shape" not in static
 
 
 def hf_causal_lm(kind: str) -> torch.nn.Module:
@@ -240,7 +240,7 @@ def test_blocks_of_other_widths_share_a_def():
     module, program = export(model, torch.randn(2, 3, 16, 16))
     blocks = [f for f in program.functions if f.calls[0].function == "BasicBlock.forward"]
     (block,) = blocks  # with a downsample and without: one def, the downsample under a flag
-    assert len(block.calls) == 6 and [k.name for k in block.keywords] == ["stride", "downsample"]
+    assert len(block.calls) == 6 and [k.name for k in block.keywords] == ["stride", "downsample", "config"]
     text = render_program(program, source="test")
     # Batch norm's statistics as `v[:, None, None]`: no block's width is written anywhere (it was
     # `jnp.reshape(v, (1, x.shape[1] * 2, 1, 1))` in a downsampling block).

@@ -64,7 +64,7 @@ def test_two_files_stdout_holds_the_model_files_comments(project, gpt_comments):
     assert code == 0
     model = (project / "tiny_gpt.py").read_text()
     assert ast.dump(ast.parse(out)) == ast.dump(ast.parse(model))  # the model's file, code untouched
-    assert "# jax: def causal_self_attention_forward(params, x)" in out
+    assert "# jax: def causal_self_attention_forward(params, x, *, config)" in out
     assert "def example" not in out
     note = [line for line in err.splitlines() if "showing tiny_gpt.py" in line]
     assert len(note) == 1 and "run_tiny_gpt.py made no JAX itself" in note[0], err

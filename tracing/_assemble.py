@@ -59,6 +59,8 @@ def assemble(
             args=list(record.args),
             returned=list(record.returned),
             bindings=_resolved(record.bindings, views),
+            numbers=list(record.numbers),
+            attributes=_attributes(receiver) if is_module else {},
             children=[to_call(child) for child in record.children],
             call_site=sources.site(*record.caller) if record.caller else None,
             raised=record.raised,
@@ -113,6 +115,32 @@ def _resolved(
         if key is not None:
             out.append((name, line, key))
     return out
+
+
+def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
+    """The module's numbers by attribute path: its own (`n_head`, `eps`, `split_sizes`), those of
+    a plain object it keeps (`config.num_attention_heads`) and of its children (`ln_1.eps`);
+    never tensors or bools."""
+    found: dict[str, Any] = {}
+    for name, value in vars(receiver).items():
+        if _number(value):
+            found[name] = value
+        elif not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
+            try:
+                inner = dict(vars(value))
+            except Exception:  # no `__dict__` (or an odd `__getattr__`): nothing of it is read by path
+                continue
+            found.update({f"{name}.{k}": v for k, v in inner.items() if _number(v)})
+    for name, child in receiver._modules.items():  # a child's, which library code may read (`ln_1.eps`)
+        if child is not None:
+            found.update({f"{name}.{k}": v for k, v in vars(child).items() if _number(v)})
+    return found
+
+
+def _number(value: object) -> bool:
+    if type(value) in (int, float):
+        return True
+    return type(value) in (tuple, list) and 0 < len(value) <= 8 and all(type(v) is int for v in value)
 
 
 def _spans(pairs: list[tuple[Call, CallRecord]], spans: dict[Any, Any]) -> None:

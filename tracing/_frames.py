@@ -79,6 +79,9 @@ class CallRecord:
     """The calling user frame's code and instruction offset, at the call."""
     end: int = -1
     bindings: list[tuple[str, int, Hashable]] = field(default_factory=list)
+    numbers: list[tuple[str, int, object]] = field(default_factory=list)
+    """`(local name, line, value)` each time a line bound a local to a Python number or a tuple
+    of them (`kv_size = self.n_local_heads * self.head_dim`): what config numbers were named."""
     returned: list[tuple[str, Hashable]] = field(default_factory=list)
     children: list[CallRecord] = field(default_factory=list)
     raised: bool = False
@@ -211,10 +214,23 @@ class Recorder:
         key_of = self.probe.key
         seen = active.seen
         for name in active.stores[active.line]:
-            key = key_of(f_locals.get(name))
+            value = f_locals.get(name)
+            key = key_of(value)
             if key is not None and seen.get(name) is not key:
                 seen[name] = key
                 active.record.bindings.append((name, active.line, key))
+            elif key is None and _is_number(value):
+                active.record.numbers.append((name, active.line, value))
+
+
+def _is_number(value: object) -> bool:
+    """A Python int or float (not a bool), or a short tuple or list of ints."""
+    kind = type(value)
+    if kind is int or kind is float:
+        return True
+    if kind is tuple or kind is list:
+        return len(value) <= 8 and all(type(v) is int for v in value)  # type: ignore[arg-type]
+    return False
 
 
 @functools.lru_cache(maxsize=4096)  # reading bytecode costs ~0.3 ms a code object; captures repeat

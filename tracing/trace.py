@@ -95,6 +95,13 @@ class Call:
     """Traced values in the return value, by path (`''` for a bare tensor, `[0]`, ...)."""
     bindings: list[tuple[str, int, Any]] = field(default_factory=list)
     """`(local name, line, var)` each time this call bound a local to a traced value."""
+    numbers: list[tuple[str, int, Any]] = field(default_factory=list)
+    """`(local name, line, value)` each time this call bound a local to a Python number (or a
+    tuple of ints): `kv_size = self.n_local_heads * self.head_dim` bound 24."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """The numbers `self` held when the call returned, by attribute path (`n_head`, `eps`,
+    `config.rope_theta` for an object it keeps): the values of the `self.<path>` reads in the
+    torch code. Empty for a function."""
     children: list[Call] = field(default_factory=list)
     call_site: Site | None = None
     """Where the caller called it (None for the root)."""

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from jaxside.render import names as naming
 from jaxside.render.ir import Function, Program
+from jaxside.render.lower.attributes import name_config
 from jaxside.render.lower.calldef import CallDef
 from jaxside.render.lower.calltree import CallTree
 from jaxside.render.lower.context import Context
@@ -43,6 +44,8 @@ def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Pro
     program = _lower(trace)
     if retrace is not None and trace.frontend == "torch":
         generalize(program, lambda resize: _lower(retrace(resize)))
+    if trace.frontend == "torch":
+        program.config = name_config(program, naming.function_name)
     for function in program.functions:
         unfold(function)
     for function in program.functions + program.helpers:

@@ -16,7 +16,8 @@ class SmallCNN(nn.Module):
         self.global_pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(32, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # jax: def forward(params, x, *, config=Config())
         x = self.pool(F.relu(self.bn1(self.conv1(x))))
         # conv1_x = (
         #     lax.conv_general_dilated(
@@ -29,7 +30,7 @@ class SmallCNN(nn.Module):
         #     + params["conv1"]["bias"][:, None, None]
         # )
         # bn1 = (conv1_x - params["bn1"]["running_mean"][:, None, None]) * lax.rsqrt(
-        #     params["bn1"]["running_var"][None, :, None, None] + 1e-05
+        #     params["bn1"]["running_var"][None, :, None, None] + config.eps
         # ) * params["bn1"]["weight"][:, None, None] + params["bn1"]["bias"][:, None, None]
         # x = lax.reduce_window(
         #     jax.nn.relu(bn1),
@@ -50,7 +51,7 @@ class SmallCNN(nn.Module):
         #     + params["conv2"]["bias"][:, None, None]
         # )
         # bn2 = (conv2_x - params["bn2"]["running_mean"][:, None, None]) * lax.rsqrt(
-        #     params["bn2"]["running_var"][None, :, None, None] + 1e-05
+        #     params["bn2"]["running_var"][None, :, None, None] + config.eps
         # ) * params["bn2"]["weight"][:, None, None] + params["bn2"]["bias"][:, None, None]
         # x = lax.reduce_window(
         #     jax.nn.relu(bn2),
@@ -60,7 +61,7 @@ class SmallCNN(nn.Module):
         #     window_strides=(1, 1, 2, 2),
         # )
         features = self.global_pool(x).flatten(1)
-        # features = jnp.reshape(jnp.mean(x, axis=(3, 2), keepdims=True), (2, 32))
+        # features = jnp.reshape(jnp.mean(x, axis=(3, 2), keepdims=True), (2, -1))
         return self.fc(features)
         # return features @ params["fc"]["weight"].T + params["fc"]["bias"]
 

@@ -13,7 +13,8 @@ class MLP(nn.Module):
         self.norm = nn.LayerNorm(hidden)
         self.head = nn.Linear(hidden, out_features)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # jax: def forward(params, x, *, config=Config())
         h = F.gelu(self.fc1(x))
         # fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"]
         # h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
@@ -21,7 +22,7 @@ class MLP(nn.Module):
         # relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
         # h = h + relu
         # h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
-        #     jnp.var(h, axis=1, keepdims=True, ddof=0) + 1e-05
+        #     jnp.var(h, axis=1, keepdims=True, ddof=0) + config.eps
         # ) * params["norm"]["weight"] + params["norm"]["bias"]
         return self.head(h)  # return h @ params["head"]["weight"].T + params["head"]["bias"]
 

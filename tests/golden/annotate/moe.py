@@ -27,11 +27,12 @@ class MoE(nn.Module):
         self.router = nn.Linear(dim, n_experts, bias=False)
         self.experts = nn.ModuleList(Expert(dim, hidden) for _ in range(n_experts))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
-        tokens = x.reshape(-1, x.shape[-1])  # tokens = jnp.reshape(x, (12, 32))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # jax: def forward(params, x, *, config=Config())
+        tokens = x.reshape(-1, x.shape[-1])  # tokens = jnp.reshape(x, (-1, x.shape[-1]))
         logits = self.router(tokens)  # logits = tokens @ params["router"]["weight"].T
         topk_logits, topk_idx = torch.topk(logits, self.top_k, dim=-1)
-        # logits, logits_1 = lax.top_k(logits, 2, axis=1)
+        # logits, logits_1 = lax.top_k(logits, config.top_k, axis=1)
         # topk_logits = jnp.sort(logits, axis=1, descending=True)
         # topk_idx = jnp.take_along_axis(
         #     logits_1, jnp.argsort(topk_logits, axis=1, descending=True)

@@ -30,9 +30,11 @@ class SequenceModel(nn.Module):
         self.cell = ElmanCell(input_size, hidden_size)
         self.head = nn.Linear(hidden_size, output_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def forward(params, x)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # jax: def forward(params, x, *, config=Config())
         """x: (batch, time, input_size) -> (batch, time, output_size)."""
-        h = x.new_zeros(x.shape[0], self.hidden_size)  # h = jnp.zeros((2, 32), jnp.float32)
+        h = x.new_zeros(x.shape[0], self.hidden_size)
+        # h = jnp.zeros((x.shape[0], config.hidden_size), jnp.float32)
         outputs = []
         for t in range(x.shape[1]):
             h = self.cell(x[:, t], h)  # h = elman_cell_forward(params["cell"], x_t, h)  ×5

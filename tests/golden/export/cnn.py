@@ -13,6 +13,10 @@ Call it:
     params = load_params(model)  # the torch module, or its state_dict
     outputs = forward(params, x)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `bn1.num_batches_tracked` is `params["bn1"]["num_batches_tracked"]`.
 
@@ -20,12 +24,23 @@ Call it:
 respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 
-def forward(params, x):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.eps` for `self.bn1.eps`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), eps=...)` changes one."""
+
+    eps: float = 1e-05
+
+
+def forward(params, x, *, config=Config()):
     """`SmallCNN.forward`, cnn.py:19."""
     conv1_x = (
         lax.conv_general_dilated(
@@ -38,7 +53,7 @@ def forward(params, x):
         + params["conv1"]["bias"][:, None, None]
     )
     bn1 = (conv1_x - params["bn1"]["running_mean"][:, None, None]) * lax.rsqrt(
-        params["bn1"]["running_var"][None, :, None, None] + 1e-05
+        params["bn1"]["running_var"][None, :, None, None] + config.eps
     ) * params["bn1"]["weight"][:, None, None] + params["bn1"]["bias"][:, None, None]
     x_1 = lax.reduce_window(
         jax.nn.relu(bn1),
@@ -58,7 +73,7 @@ def forward(params, x):
         + params["conv2"]["bias"][:, None, None]
     )
     bn2 = (conv2_x - params["bn2"]["running_mean"][:, None, None]) * lax.rsqrt(
-        params["bn2"]["running_var"][None, :, None, None] + 1e-05
+        params["bn2"]["running_var"][None, :, None, None] + config.eps
     ) * params["bn2"]["weight"][:, None, None] + params["bn2"]["bias"][:, None, None]
     x_1 = lax.reduce_window(
         jax.nn.relu(bn2),
@@ -67,7 +82,7 @@ def forward(params, x):
         window_dimensions=(1, 1, 2, 2),
         window_strides=(1, 1, 2, 2),
     )
-    features = jnp.reshape(jnp.mean(x_1, axis=(3, 2), keepdims=True), (x.shape[0], 32))
+    features = jnp.reshape(jnp.mean(x_1, axis=(3, 2), keepdims=True), (x.shape[0], -1))
     return features @ params["fc"]["weight"].T + params["fc"]["bias"]
 
 
@@ -113,3 +128,11 @@ def _lists(node):
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `forward(..., config=config_from(model))`."""
+    return Config(
+        eps=model.bn1.eps,
+    )

@@ -23,6 +23,10 @@ Call it:
     params, state = load_params(model)  # the torch module, or its state_dict
     outputs, new_state = forward(params, state, idx, input_pos)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `layers.0.feed_forward.w1.weight` is
 `params["layers"][0]["feed_forward"]["w1"]["weight"]`.
@@ -36,6 +40,8 @@ Nothing is mutated.
 respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -47,7 +53,20 @@ STATE_BUFFERS = (
 """Buffers the torch code writes in place: `state` in, new state out."""
 
 
-def forward(params, state, idx, input_pos):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.eps` for `self.eps`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), eps=...)` changes one."""
+
+    eps: float = 1e-05
+    split_sizes: tuple = (64, 32, 32)
+    n_head: int = 4
+    head_dim: int = 16
+    n_local_heads: int = 2
+
+
+def forward(params, state, idx, input_pos, *, config=Config()):
     """`Transformer.forward`, llama_model.py:90."""
     if input_pos.shape[0] != idx.shape[1]:
         raise ValueError("input_pos.shape[0] must equal idx.shape[1]")
@@ -57,14 +76,14 @@ def forward(params, state, idx, input_pos):
     new_layer_states = []
     for layer, layer_state in zip(params["layers"], state["layers"]):
         x, new_layer_state = transformer_block_forward(
-            layer, layer_state, x, input_pos, freqs_cis, mask
+            layer, layer_state, x, input_pos, freqs_cis, mask, config=config
         )
         new_layer_states.append(new_layer_state)
-    norm_x = rms_norm_forward(params["norm"], x)
+    norm_x = rms_norm_forward(params["norm"], x, config=config)
     return norm_x @ params["output"]["weight"].T, {"layers": new_layer_states}
 
 
-def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask):
+def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask, *, config):
     """`TransformerBlock.forward`, llama_model.py:108.
 
     Shared by 2 calls: `layers.0` ... `layers.1`.
@@ -72,71 +91,79 @@ def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask):
     attention, new_attention_state = attention_forward(
         params["attention"],
         state["attention"],
-        rms_norm_forward(params["attention_norm"], x),
+        rms_norm_forward(params["attention_norm"], x, config=config),
         freqs_cis,
         mask,
         input_pos,
+        config=config,
     )
     h = x + attention
-    ffn_norm_h = rms_norm_forward(params["ffn_norm"], h)
+    ffn_norm_h = rms_norm_forward(params["ffn_norm"], h, config=config)
     feed_forward = feed_forward_forward(params["feed_forward"], ffn_norm_h)
     out = h + feed_forward
     return out, {"attention": new_attention_state}
 
 
-def rms_norm_forward(params, x):
+def rms_norm_forward(params, x, *, config):
     """`RMSNorm.forward`, llama_model.py:169.
 
     Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
     """
-    return rms_norm_norm(x) * params["weight"]
+    return rms_norm_norm(x, config=config) * params["weight"]
 
 
-def rms_norm_norm(x):
+def rms_norm_norm(x, *, config):
     """`RMSNorm._norm`, llama_model.py:166.
 
     Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
     """
-    return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + 1e-05)
+    return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + config.eps)
 
 
-def attention_forward(params, state, x, freqs_cis, mask, input_pos):
+def attention_forward(params, state, x, freqs_cis, mask, input_pos, *, config):
     """`Attention.forward`, llama_model.py:127.
 
     Shared by 2 calls: `layers.0.attention` ... `layers.1.attention`.
     """
     bsz, seqlen, _ = x.shape
-    q, k, v = jnp.split(x @ params["wqkv"]["weight"].T, [64, 96], axis=2)
-    q = jnp.reshape(q, (bsz, seqlen, 4, 16))
-    k = jnp.reshape(k, (bsz, seqlen, 2, 16))
-    v = jnp.reshape(v, (bsz, seqlen, 2, 16))
+    q, k, v = jnp.split(
+        x @ params["wqkv"]["weight"].T,
+        [config.split_sizes[0], sum(config.split_sizes[:2])],
+        axis=2,
+    )
+    q = jnp.reshape(q, (bsz, seqlen, config.n_head, config.head_dim))
+    k = jnp.reshape(k, (bsz, seqlen, config.n_local_heads, config.head_dim))
+    v = jnp.reshape(v, (bsz, seqlen, config.n_local_heads, config.head_dim))
     q = apply_rotary_emb(q, freqs_cis)
     k = apply_rotary_emb(k, freqs_cis)
     q = jnp.transpose(q, (0, 2, 1, 3))
     k = jnp.transpose(k, (0, 2, 1, 3))
     v = jnp.transpose(v, (0, 2, 1, 3))
     (k, v), new_kv_cache_state = kv_cache_update(state["kv_cache"], input_pos, k, v)
-    k = jnp.repeat(k, 2, axis=1)
-    v = jnp.repeat(v, 2, axis=1)
+    groups = config.n_head // config.n_local_heads
+    k = jnp.repeat(k, groups, axis=1)
+    v = jnp.repeat(v, groups, axis=1)
     softmax = jax.nn.softmax(
-        q @ k.mT * 0.25
+        q @ k.mT * q.shape[-1] ** -0.5
         + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)),
         axis=3,
     )
     y = softmax @ v
-    y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, 64))
+    y = jnp.reshape(
+        jnp.transpose(y, (0, 2, 1, 3)), (bsz, seqlen, config.n_head * config.head_dim)
+    )
     return y @ params["wo"]["weight"].T, {"kv_cache": new_kv_cache_state}
 
 
 def apply_rotary_emb(x, freqs_cis):
     """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
-    pairs = jnp.reshape(x, (*x.shape[:3], 8, 2))
+    pairs = jnp.reshape(x, (*x.shape[:3], -1, 2))
     x_re = pairs[..., 0]
     x_im = pairs[..., 1]
     cos = freqs_cis[:, None, :, 0]
     sin = freqs_cis[:, None, :, 1]
     rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)
-    return jnp.reshape(rotated, (*x.shape[:3], 16))
+    return jnp.reshape(rotated, (*x.shape[:3], -1))
 
 
 def kv_cache_update(state, input_pos, k_val, v_val):
@@ -211,3 +238,15 @@ def _is_state(path):
         ):
             return True
     return False
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `forward(..., config=config_from(model))`."""
+    return Config(
+        eps=model.layers[0].attention_norm.eps,
+        split_sizes=tuple(model.layers[0].attention.split_sizes),
+        n_head=model.layers[0].attention.n_head,
+        head_dim=model.layers[0].attention.head_dim,
+        n_local_heads=model.layers[0].attention.n_local_heads,
+    )

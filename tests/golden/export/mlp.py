@@ -13,6 +13,10 @@ Call it:
     params = load_params(model)  # the torch module, or its state_dict
     outputs = forward(params, x)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `norm.weight` is `params["norm"]["weight"]`.
 
@@ -20,19 +24,30 @@ Call it:
 respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 
-def forward(params, x):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.eps` for `self.norm.eps`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), eps=...)` changes one."""
+
+    eps: float = 1e-05
+
+
+def forward(params, x, *, config=Config()):
     """`MLP.forward`, mlp.py:16."""
     fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"]
     h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
     relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
     h = h + relu
     h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
-        jnp.var(h, axis=1, keepdims=True, ddof=0) + 1e-05
+        jnp.var(h, axis=1, keepdims=True, ddof=0) + config.eps
     ) * params["norm"]["weight"] + params["norm"]["bias"]
     return h @ params["head"]["weight"].T + params["head"]["bias"]
 
@@ -79,3 +94,11 @@ def _lists(node):
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `forward(..., config=config_from(model))`."""
+    return Config(
+        eps=model.norm.eps,
+    )

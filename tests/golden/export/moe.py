@@ -13,6 +13,10 @@ Call it:
     params = load_params(model)  # the torch module, or its state_dict
     outputs = forward(params, x)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `experts.0.w1.weight` is `params["experts"][0]["w1"]["weight"]`.
 
@@ -20,16 +24,27 @@ Call it:
 respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 
-def forward(params, x):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.top_k` for `self.top_k`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), top_k=...)` changes one."""
+
+    top_k: int = 2
+
+
+def forward(params, x, *, config=Config()):
     """`MoE.forward`, moe.py:28."""
-    tokens = jnp.reshape(x, (x.shape[0] * x.shape[1], 32))
+    tokens = jnp.reshape(x, (x.shape[0] * x.shape[1], x.shape[-1]))
     logits = tokens @ params["router"]["weight"].T
-    logits, logits_1 = lax.top_k(logits, 2, axis=1)
+    logits, logits_1 = lax.top_k(logits, config.top_k, axis=1)
     topk_logits = jnp.sort(logits, axis=1, descending=True)
     topk_idx = jnp.take_along_axis(
         logits_1, jnp.argsort(topk_logits, axis=1, descending=True)
@@ -101,3 +116,11 @@ def _lists(node):
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `forward(..., config=config_from(model))`."""
+    return Config(
+        top_k=model.top_k,
+    )

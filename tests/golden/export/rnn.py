@@ -14,6 +14,10 @@ Call it:
     params = load_params(model)  # the torch module, or its state_dict
     outputs = forward(params, x)
 
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` (under `jax.jit`, as a static argument).
+
 `params` nests the torch tensors by their dotted names, numbered children as lists:
 `cell.weight_ih` is `params["cell"]["weight_ih"]`.
 
@@ -21,12 +25,24 @@ Call it:
 respect to the float leaves of `params`, or pass `allow_int=True`).
 """
 
+import dataclasses
+
 import jax.numpy as jnp
 
 
-def forward(params, x):
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.hidden_size` for `self.hidden_size`). `config_from(model)` reads them
+    from a torch module; `dataclasses.replace(Config(), hidden_size=...)` changes
+    one."""
+
+    hidden_size: int = 32
+
+
+def forward(params, x, *, config=Config()):
     """`SequenceModel.forward`, rnn.py:30."""
-    h = jnp.zeros((x.shape[0], 32), jnp.float32)
+    h = jnp.zeros((x.shape[0], config.hidden_size), jnp.float32)
     outputs = []
     for t in range(x.shape[1]):
         x_t = x[:, t]
@@ -84,3 +100,11 @@ def _lists(node):
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
     return {k: _lists(v) for k, v in node.items()}
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `forward(..., config=config_from(model))`."""
+    return Config(
+        hidden_size=model.hidden_size,
+    )
