@@ -277,7 +277,8 @@ def _lists(node):
     """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    positions = node and all(k.isascii() and k.isdecimal() for k in node)  # not "²", "١"
+    # Positions are ASCII digits: "²" and "١" are digits to str.isdigit, not to int().
+    positions = node and all(k.isascii() and k.isdecimal() for k in node)
     keys = sorted(map(int, node)) if positions else None
     if keys == list(range(len(node))):
         return [_lists(node[str(i)]) for i in range(len(node))]
