@@ -34,7 +34,7 @@ def test_convnext_atto_comments_keep_timms_code():
     assert same_code(read_source(convnext.__file__), out)
     # the statement under the flag is one comment line per line of it, the count on its first
     assert "        # if downsample:\n        #     downsample_x = " in out
-    assert "# jax: def convnext_stage_forward(params, x, *, downsample=True)  ×4" in out
+    assert "# jax: def convnext_stage_forward(params, x, *, downsample=True, config)  ×4" in out
 
 
 def test_comments_that_would_break_the_file_are_one_line_exit_3_and_nothing_printed(

@@ -89,7 +89,7 @@ def _lists(node):
     """Dicts keyed 0..n-1 (a ModuleList) as lists, as in `params["layers"][3]`."""
     if not isinstance(node, dict):
         return node
-    # Positions are ASCII digits: "²" and "١" are digits to str.isdigit, not to int().
+    # Positions are ASCII digits: a child named "²" or "١" is a name, not a list index.
     positions = node and all(k.isascii() and k.isdecimal() for k in node)
     keys = sorted(map(int, node)) if positions else None
     if keys == list(range(len(node))):
