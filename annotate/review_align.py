@@ -166,8 +166,11 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         value = torch.values[var]
         equal = [p for p in port.checkpoints if _same_type(port.values[p], value)
                  and _equal(value, port.values[p], rtol, atol)]
+        fresh = [p for p in equal if p not in used]
+        if equal and not fresh and _constant(value):
+            equal = []  # all one number, equal to a value paired already: no evidence; by ancestry
         if equal:
-            fresh = [p for p in equal if p not in used] or equal
+            fresh = fresh or equal
             chosen = min(fresh, key=port_order.__getitem__)
             partner[var] = chosen
             used.add(chosen)
@@ -231,6 +234,12 @@ def _equal(value: np.ndarray, theirs: np.ndarray, rtol: float, atol: float) -> b
         return True
     return theirs.shape != value.shape and any(
         close(value, np.transpose(theirs, axes), rtol, atol) for axes in _orders(theirs.shape, value.shape))
+
+
+def _constant(value: np.ndarray) -> bool:
+    """Every element the same number (all zeros after a relu of negatives): equal to too much."""
+    flat = value.reshape(-1)
+    return flat.size > 1 and bool(np.all(flat == flat[0]))
 
 
 def _scale(value: np.ndarray) -> float:

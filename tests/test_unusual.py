@@ -272,9 +272,19 @@ class Net(nn.Module):
 
 
 def example():
-    torch.manual_seed(0)  # weights whose relu is not all zeros: h * 2.0 is then no copy of relu(h)
+    torch.manual_seed(0)
     return Net(), (torch.ones(2, 4),)
 """
+
+# relu(h) all zeros, so h * 2.0 equals it: an all-zero value is no evidence of a pair.
+ALL_ZEROS = REVIEWED.replace("""    torch.manual_seed(0)
+    return Net(), (torch.ones(2, 4),)
+""", """    net = Net()
+    with torch.no_grad():
+        net.fc.weight.fill_(-1.0)
+        net.fc.bias.zero_()
+    return net, (torch.ones(2, 4),)
+""")
 
 NAN_PORT = """\
 import jax.numpy as jnp
@@ -287,9 +297,11 @@ def forward(params, x):
 """
 
 
-def test_review_of_a_port_that_makes_nan_says_nan_and_warns_nothing(tmp_path, capsys):
+@pytest.mark.parametrize("reviewed", [REVIEWED, ALL_ZEROS], ids=["seeded", "relu_all_zeros"])
+def test_review_of_a_port_that_makes_nan_says_nan_and_warns_nothing(reviewed, tmp_path, capsys):
+    assert reviewed.count("def example") == 1
     torch_file, port = tmp_path / "net.py", tmp_path / "port.py"
-    torch_file.write_text(REVIEWED, encoding="utf-8")
+    torch_file.write_text(reviewed, encoding="utf-8")
     port.write_text(NAN_PORT, encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
