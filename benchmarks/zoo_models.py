@@ -88,7 +88,6 @@ MODELS: list[Model] = [
         "    from transformers import MixtralConfig, MixtralForCausalLM\n"
         f"    config = MixtralConfig({_TINY_LM}, {_HEADS}, num_local_experts=4, num_experts_per_tok=2)\n"
         "    model = MixtralForCausalLM(config).eval()\n"
-        "    model.set_experts_implementation('batched_mm')  # the default has no JAX lowering\n"
         f"    return model, ({_IDS},)\n"
     )),
     Model("mamba", "transformers", "state-space", (
