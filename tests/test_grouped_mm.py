@@ -54,5 +54,5 @@ def test_grouped_mm_binds_one_ragged_dot() -> None:
 def test_other_layouts_stay_unsupported() -> None:
     env = torchax.default_env()
     with env, pytest.raises(torchax.tensor.OperatorNotFound, match="aten::_grouped_mm has no lowering"):
-        x, w = _internals.wrap(np.ones((8, 8), np.float32), env), _internals.wrap(np.ones((8, 8), np.float32), env)
+        x, w = (_internals.wrap(np.ones((8, 8), np.float32), env) for _ in range(2))
         torch._grouped_mm(x, w, offs=_internals.wrap(np.array([4, 8], np.int32), env))
