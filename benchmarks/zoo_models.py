@@ -90,6 +90,10 @@ MODELS: list[Model] = [
         "    model = MixtralForCausalLM(config).eval()\n"
         f"    return model, ({_IDS},)\n"
     )),
+    _causal_lm("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", _HEADS + ", moe_intermediate_size=32, "
+               "shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2", "MoE"),
+    _causal_lm("olmoe", "OlmoeConfig", "OlmoeForCausalLM", _HEADS + ", num_experts=4, num_experts_per_tok=2",
+               "MoE"),
     Model("mamba", "transformers", "state-space", (
         "    from transformers import MambaConfig, MambaForCausalLM\n"
         "    config = MambaConfig(vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2)\n"
