@@ -216,8 +216,10 @@ def syntax_error(error: SyntaxError) -> Failure:
 # Ops that libraries pick by default where another implementation of theirs traces.
 _KNOWN_WAYS_AROUND = {
     "aten::_grouped_mm": (
-        "transformers' mixture-of-experts layers use it by default; pick the batched experts, which "
-        "torchax runs: model.set_experts_implementation('batched_mm') (e.g. in --setup)"
+        "jaxside lowers it (as lax.ragged_dot) only for a 2-D input, 3-D weights and offsets, with no bias "
+        "or output dtype, as transformers' experts call it; write this one with torch.mm per group, or for "
+        "transformers' experts pick the batched ones: model.set_experts_implementation('batched_mm') (e.g. "
+        "in --setup)"
     ),
 }
 

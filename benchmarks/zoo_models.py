@@ -88,9 +88,12 @@ MODELS: list[Model] = [
         "    from transformers import MixtralConfig, MixtralForCausalLM\n"
         f"    config = MixtralConfig({_TINY_LM}, {_HEADS}, num_local_experts=4, num_experts_per_tok=2)\n"
         "    model = MixtralForCausalLM(config).eval()\n"
-        "    model.set_experts_implementation('batched_mm')  # the default has no JAX lowering\n"
         f"    return model, ({_IDS},)\n"
     )),
+    _causal_lm("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", _HEADS + ", moe_intermediate_size=32, "
+               "shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2", "MoE"),
+    _causal_lm("olmoe", "OlmoeConfig", "OlmoeForCausalLM", _HEADS + ", num_experts=4, num_experts_per_tok=2",
+               "MoE"),
     Model("mamba", "transformers", "state-space", (
         "    from transformers import MambaConfig, MambaForCausalLM\n"
         "    config = MambaConfig(vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2)\n"

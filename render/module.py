@@ -44,6 +44,9 @@ def render_program(program: Program, *, source: str) -> str:
         constants_text = _config_class(program)
         loader = "\n\n\n".join(filter(None, [loader, _config_from(program)]))
     imports = [line for name, line in _IMPORTS.items() if name in used and name not in _STANDARD]
+    extend = (n for t in defs for n in ast.walk(t) if isinstance(n, ast.Attribute) and n.attr == "extend")
+    if any(isinstance(n.value, ast.Name) and n.value.id == "jax" for n in extend):
+        imports.append("import jax.extend")  # an exact primitive's home; `import jax` does not load it
     standard = [_IMPORTS[name] for name in _STANDARD if name in used]
     docstring = user_text.docstring(_docstring(program, source))
     # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after

@@ -272,19 +272,32 @@ def test_a_call_returning_a_view_made_elsewhere_keeps_the_positions_of_the_rest(
     assert_checks(SplitHeads(), torch.randn(1, 8, 24))
 
 
-def test_grouped_mm_names_the_op_the_line_and_the_way_around(tmp_path, capsys):
+def test_grouped_mm_outside_the_lowered_layout_names_the_op_the_line_and_the_way_around(tmp_path, capsys):
     from jaxside.annotate.cli import main
 
     source = tmp_path / "experts.py"
-    source.write_text(
+    source.write_text(  # 2-D x 2-D: groups along the contracted axis, not lowered (tracing/_grouped_mm.py)
         "import torch\n\n\n"
         "def experts(x, w, offs):\n"
         "    return torch._grouped_mm(x, w, offs=offs)\n\n\n"
         "def example():\n"
-        "    offs = torch.tensor([3, 8], dtype=torch.int32)\n"
-        "    return experts, (torch.randn(8, 4), torch.randn(2, 4, 4), offs)\n"
+        "    offs = torch.tensor([4, 8], dtype=torch.int32)\n"
+        "    return experts, (torch.randn(8, 8), torch.randn(8, 8), offs)\n"
     )
     assert main([str(source)]) == 3
     err = capsys.readouterr().err
     assert f"{source}:5: `torch._grouped_mm(x, w, offs=offs)` calls aten::_grouped_mm" in err
     assert "set_experts_implementation('batched_mm')" in err
+
+
+class ExpertCounts(nn.Module):
+    """transformers' experts count tokens per expert with `histc` (a jitted `searchsorted` scan in
+    torchax): the jit's helper def must unpack the scan's `(carry, ys)` by its structure."""
+
+    def forward(self, expert_ids):
+        ids, _ = torch.sort(expert_ids)
+        return torch.cumsum(torch.histc(ids.float(), bins=4, min=0, max=3), dim=0, dtype=torch.int32)
+
+
+def test_histc_of_sorted_ids_exports_and_checks():
+    assert_checks(ExpertCounts(), torch.tensor([0, 3, 1, 1, 2, 0, 3]))

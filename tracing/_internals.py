@@ -33,9 +33,11 @@ from jax._src import core as jax_core  # jax 0.10
 from jax._src.interpreters import ad, batching  # jax 0.10
 from jax._src.interpreters import partial_eval as pe  # jax 0.10
 
+from jaxside.tracing import _grouped_mm
 from jaxside.tracing._compat import import_torchax
 
 torchax = import_torchax()
+_grouped_mm.register()  # a local lowering until torchax has one (see tracing/_grouped_mm.py)
 from torchax.ops import mappings as _mappings  # noqa: E402  (needs the import above first)
 from torchax.tensor import Tensor as TorchaxTensor  # noqa: E402
 from torchax.view import View as TorchaxView  # noqa: E402

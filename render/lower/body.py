@@ -90,16 +90,18 @@ class Body:
                 eqn,
                 [copy.deepcopy(local[v]) if isinstance(v, Var) else ast.Constant(None) for v in eqn.invars],
             )
-            if isinstance(value, Structured):
-                value = value.value
-            if len(eqn.outvars) == 1 and counts[eqn.outvars[0]] == 1:
+            if not isinstance(value, Structured) and len(eqn.outvars) == 1 and counts[eqn.outvars[0]] == 1:
                 local[eqn.outvars[0]] = value
                 continue
             targets = [
                 self.scope.fresh(base, "expression", temporary=True) if counts[v] else "_"
                 for v in eqn.outvars
             ]
-            self._emit(Statement(targets, value, self._take_pending(), self.site))
+            if isinstance(value, Structured):  # `lax.scan`'s `(carry, ys)`: unpacked by its structure
+                names = {i: t for i, t in enumerate(targets) if t != "_"}
+                self.emit_structured(list(eqn.outvars), value, names, self.site, self._take_pending())
+            else:
+                self._emit(Statement(targets, value, self._take_pending(), self.site))
             for v, t in zip(eqn.outvars, targets):
                 local[v] = named(t)
         return [copy.deepcopy(local[v]) if isinstance(v, Var) else atom_expr(v, self) for v in inner.outvars]

@@ -178,3 +178,24 @@ def _linalg(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if name == "eigh":
         keywords.append(kw("symmetrize_input", False))  # the primitive never symmetrizes
     return call(f"lax.linalg.{name}", args, keywords)
+
+
+@rule("ragged_dot_general")
+def _ragged_dot(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
+    """`lax.ragged_dot(lhs, rhs, group_sizes)` (rows of `lhs` in consecutive groups, one `rhs`
+    matrix per group) when the params are the ones that call binds; the exact bind otherwise."""
+    p = eqn.params
+    numbers = p["ragged_dot_dimension_numbers"]
+    lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+    default = (
+        len(eqn.invars) == 3 and lhs.ndim == 2 and rhs.ndim == 3
+        and numbers.dot_dimension_numbers == (((1,), (1,)), ((), ()))
+        and tuple(numbers.lhs_ragged_dimensions) == (0,) and tuple(numbers.rhs_group_dimensions) == (0,)
+        and p.get("group_offset") is None and p.get("out_sharding") is None
+    )
+    if not default:
+        return exact(eqn, args, emitter)
+    keywords = [kw("precision", p["precision"], emitter)] if p["precision"] is not None else []
+    if p["preferred_element_type"] is not None:
+        keywords.append(kw("preferred_element_type", p["preferred_element_type"]))
+    return call("lax.ragged_dot", args, keywords)

@@ -311,6 +311,8 @@ CASES: list[Case] = [
     case("dot", lambda x, y: torch.dot(x, y), f32(4), f32(4)),
     case("mv", lambda x, y: torch.mv(x, y), f32(3, 4), f32(4)),
     case("bmm", lambda x, y: torch.bmm(x, y), f32(2, 3, 4), f32(2, 4, 5)),
+    case("grouped_mm", lambda x, w, offs: torch._grouped_mm(x, w, offs=offs), f32(10, 8), f32(4, 8, 16),
+         lambda g: torch.tensor([3, 3, 7, 10], dtype=torch.int32)),  # an empty group; local lowering
     case("matmul_broadcast", lambda x, y: x @ y, f32(2, 3, 4), f32(4, 5)),
     case("matmul_4d", lambda x, y: x @ y.transpose(-1, -2), f32(2, 2, 3, 4), f32(2, 2, 3, 4)),
     case("linear", lambda x, w, b: F.linear(x, w, b), f32(3, 4), f32(5, 4), f32(5)),
