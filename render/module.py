@@ -219,7 +219,7 @@ def _config_class(program: Program) -> str:
     lines = ["@dataclasses.dataclass(frozen=True)", "class Config:", f'    """{doc[4:]}"""', ""]
     for f in program.config:
         kind = type(f.value).__name__
-        lines.append(f"    {f.name}: {kind} = {f.value!r}")
+        lines.append(f"    {f.name}: {kind} = {ast.unparse(user_text.value_expr(f.value))}")
     return "\n".join(lines)
 
 

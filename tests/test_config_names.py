@@ -289,3 +289,24 @@ def test_a_size_unpacked_from_a_shape_is_read_from_it():
     assert "(x.shape[0], x.shape[1], config.n_head, x.shape[2] // config.n_head)" in text, text
     assert "* (1.0 / math.sqrt(q.shape[-1]))" in text and "\nimport math\n" in text, text
     assert check(load_module(text), program, model, (x,), {})[0].ok
+
+
+def test_a_field_of_any_value_and_path_is_valid_code():
+    """A NaN or infinite default, a child named like a digit but no list position: the `Config`
+    class and `config_from` still compile and read back what the model holds."""
+    from types import SimpleNamespace
+
+    from jaxside.render import module as module_text
+    from jaxside.render.lower.config import ConfigField, accessor
+
+    fields = [ConfigField("fill", -math.inf, "", "fill"), ConfigField("eps", math.nan, "", "eps"),
+              ConfigField("n_head", 3, "blocks.²", "n_head")]
+    namespace: dict[str, Any] = {"dataclasses": dataclasses}
+    exec(module_text._config_class(SimpleNamespace(config=fields)), namespace)
+    config = namespace["Config"]()
+    assert config.fill == -math.inf and math.isnan(config.eps) and config.n_head == 3
+    model = nn.Module()
+    model.add_module("blocks", nn.Module())
+    model.blocks.add_module("²", nn.Module())
+    model.blocks.get_submodule("²").n_head = 3
+    assert eval(accessor(fields[2]), {"model": model}) == 3

@@ -9,13 +9,14 @@ changed afterwards.
 from __future__ import annotations
 
 import bisect
+import keyword
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from jaxside.tracing import _internals
-from jaxside.tracing._frames import CallRecord
+from jaxside.tracing._frames import CallRecord, is_number
 from jaxside.tracing._gradients import custom_jvp_rules, gradients
 from jaxside.tracing._jaxprs import is_backward, walk
 from jaxside.tracing._session import Entry, Returned
@@ -123,24 +124,30 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     never tensors or bools."""
     found: dict[str, Any] = {}
     for name, value in vars(receiver).items():
-        if _number(value):
+        if is_number(value):
             found[name] = value
         elif not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
             try:
                 inner = dict(vars(value))
             except Exception:  # no `__dict__` (or an odd `__getattr__`): nothing of it is read by path
                 continue
-            found.update({f"{name}.{k}": v for k, v in inner.items() if _number(v)})
+            found.update({f"{name}.{k}": v for k, v in inner.items() if is_number(v)})
     for name, child in receiver._modules.items():  # a child's, which library code may read (`ln_1.eps`)
         if child is not None:
-            found.update({f"{name}.{k}": v for k, v in vars(child).items() if _number(v)})
-    return found
+            found.update({f"{name}.{k}": v for k, v in vars(child).items() if is_number(v)})
+    # Only paths code can name (`setattr(self, "a-b", 3)` makes a key no source reads as `self.a-b`).
+    return {path: v for path, v in found.items() if _nameable(path)}
 
 
-def _number(value: object) -> bool:
-    if type(value) in (int, float):
-        return True
-    return type(value) in (tuple, list) and 0 < len(value) <= 8 and all(type(v) is int for v in value)
+def _nameable(path: str) -> bool:
+    """Attribute names, and ASCII positions of numbered children before the last (`0.eps`)."""
+    *parents, last = path.split(".")
+    positions = all(_attribute(part) or (part.isascii() and part.isdecimal()) for part in parents)
+    return positions and _attribute(last)
+
+
+def _attribute(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
 
 
 def _spans(pairs: list[tuple[Call, CallRecord]], spans: dict[Any, Any]) -> None:

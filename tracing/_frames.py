@@ -219,17 +219,18 @@ class Recorder:
             if key is not None and seen.get(name) is not key:
                 seen[name] = key
                 active.record.bindings.append((name, active.line, key))
-            elif key is None and _is_number(value):
+            elif key is None and is_number(value):
                 active.record.numbers.append((name, active.line, value))
 
 
-def _is_number(value: object) -> bool:
-    """A Python int or float (not a bool), or a short tuple or list of ints."""
+def is_number(value: object) -> bool:
+    """A Python int or float (not a bool), or a short non-empty tuple or list of ints: a number a
+    config may hold (`n_head`, `eps`, `split_sizes`)."""
     kind = type(value)
     if kind is int or kind is float:
         return True
     if kind is tuple or kind is list:
-        return len(value) <= 8 and all(type(v) is int for v in value)  # type: ignore[arg-type]
+        return 0 < len(value) <= 8 and all(type(v) is int for v in value)  # type: ignore[arg-type]
     return False
 
 

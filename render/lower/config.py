@@ -28,6 +28,7 @@ from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Keyword, Program, named
 from jaxside.render.lower.kinds import branch
 from jaxside.render.lower.places import place_in, put
+from jaxside.render.names import is_index
 
 Difference = tuple[ast.AST, str, int | None, list[Any]]
 """Where a number differs between the defs: (parent, field, index or None, value in each def,
@@ -275,7 +276,7 @@ def accessor(f: ConfigField) -> str:
     """Where `config_from(model)` reads the field: `model.layers[0].attention.n_head`."""
     text = "model"
     for part in [p for p in f.module_path.split(".") if p]:
-        if part.isdigit():
+        if is_index(part):
             text += f"[{part}]"
         elif part.isidentifier():
             text += f".{part}"
