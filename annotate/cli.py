@@ -1,6 +1,6 @@
 """Command line: ``annotate FILE [--entry EXPR] [--inputs EXPR] [--kwargs EXPR] [--setup STMTS]
 [--export] [-o PATH] [--check]`` and the flags in `build_parser`; ``annotate review`` is
-`annotate.review`. Which outputs one run writes, and where: `annotate.results`.
+`annotate.review.command`. Which outputs one run writes, and where: `annotate.results`.
 
 Status and progress go to stderr (`annotate.status`); the annotated file or the exported module
 to stdout unless ``-o``, as bytes in FILE's own encoding and newlines. Exit codes: 0 ok, 1
@@ -110,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "review":
-        from jaxside.annotate import review
+        from jaxside.annotate.review.command import main as review
 
-        return review.main(argv[1:])
+        return review(argv[1:])
     return run_command(build_parser(), argv, _check_options, _run)
 
 

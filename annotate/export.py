@@ -22,7 +22,7 @@ from jaxside.annotate.output import emit, stdout_to_stderr
 from jaxside.annotate.sizes import other_shape
 from jaxside.render.ir import Program
 from jaxside.render.lower import lower
-from jaxside.render.lower.dims import Resize
+from jaxside.render.lower.merge.input_sizes import Resize
 from jaxside.render.module import render_program
 from jaxside.tracing import example_key, is_key, plain_output, random_outputs
 from jaxside.tracing.trace import Trace

@@ -146,7 +146,7 @@ def _comments(trace: Any, path: str, options: argparse.Namespace) -> str:
 
 
 def _json(trace: Any) -> str:
-    from jaxside.render.json import to_json
+    from jaxside.render.json_map import to_json
 
     return to_json(trace)
 

@@ -19,7 +19,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from jaxside.render.ir import Program
-from jaxside.render.lower.dims import resized, smaller
+from jaxside.render.lower.merge.input_sizes import resized, smaller
 from jaxside.tracing import held_tensors, with_tensors
 
 

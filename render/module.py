@@ -9,7 +9,7 @@ from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower import lower
-from jaxside.render.lower.config import accessor
+from jaxside.render.lower.merge.keyword_args import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
 from jaxside.tracing.trace import Trace

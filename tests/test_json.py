@@ -8,7 +8,7 @@ import json
 from conftest import SAMPLES, load_sample
 
 from jaxside.annotate.cli import main
-from jaxside.render.json import SCHEMA, line_map
+from jaxside.render.json_map import SCHEMA, line_map
 from jaxside.render.source import python_lines
 from jaxside.tracing import capture
 

@@ -13,7 +13,7 @@ import pytest
 
 from jaxside.annotate.cli import main
 from jaxside.annotate.installed import pip_install
-from jaxside.annotate.review_fit import Leaf, fit, given_recipe, layout
+from jaxside.annotate.review.fit import Leaf, fit, given_recipe, layout
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PORTS = {"nnx": ("flax", "llama_nnx.py"), "linen": ("flax", "llama_linen.py"),
@@ -87,7 +87,7 @@ def test_fitted_weights_give_torch_logits(port: str) -> None:
     import torch
 
     from jaxside.annotate.loading import load_file
-    from jaxside.annotate.review_frameworks import module_port
+    from jaxside.annotate.review.frameworks import module_port
 
     model, (idx, pos) = load_file(str(SAMPLES / "llama_model.py")).example()
     with torch.no_grad():

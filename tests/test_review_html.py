@@ -8,7 +8,7 @@ import pytest
 from browser import chrome, in_view, needs_browser
 
 from jaxside.annotate.cli import main
-from jaxside.annotate.review_html import _aligned
+from jaxside.annotate.review.page import _aligned
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 

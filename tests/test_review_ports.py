@@ -227,7 +227,7 @@ def test_mask_fills_that_agree_are_equal() -> None:
     against a number, or fills of opposite signs, still differ."""
     import numpy as np
 
-    from jaxside.annotate.review_align import close, error
+    from jaxside.annotate.review.align import close, error
 
     lowest = np.finfo(np.float32).min
     torch_scores = np.array([0.5, lowest, lowest + 1.0], np.float32)

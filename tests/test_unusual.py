@@ -312,7 +312,7 @@ def test_review_of_a_port_that_makes_nan_says_nan_and_warns_nothing(reviewed, tm
 
 
 def test_the_review_error_of_nan_against_numbers_is_nan():
-    from jaxside.annotate.review_align import error
+    from jaxside.annotate.review.align import error
 
     nan, inf = float("nan"), float("inf")
     assert math.isnan(error(np.array([1.0, nan]), np.array([1.0, 2.0])))

@@ -33,7 +33,6 @@ from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Define, Function, Keyword, Loop, Program, Statement, fold_of, named
-from jaxside.render.lower.config import ConfigField, Fields, thread_config
 from jaxside.render.lower.evidence import (
     Named,
     Owner,
@@ -44,6 +43,7 @@ from jaxside.render.lower.evidence import (
     same,
     self_path,
 )
+from jaxside.render.lower.merge.keyword_args import ConfigField, Fields, thread_config
 from jaxside.render.lower.places import put
 
 _NOT_CONFIG_KEYWORDS = frozenset({"axis", "axes", "dimension", "keepdims", "dtype"})

@@ -257,7 +257,7 @@ class Body:
         raise LoweringError(f"no value for {v} in a nested function")
 
     def record_shapes(self, function: Function) -> None:
-        """Note the shape of each value the def names (what `render.lower.dims` reads sizes from)."""
+        """Note the shape of each value the def names (what `merge.input_sizes` reads sizes from)."""
         for v, expr in self.env.items():
             if isinstance(expr, ast.Name) and isinstance(v, Var):
                 function.value_shapes.setdefault(expr.id, tuple(v.aval.shape))

@@ -11,8 +11,9 @@ the program does not grow with the number of layers.  Every equation is rendered
 
 The steps, each in its module: `context` (cleaned equations, uses, roles), `calltree` (nodes,
 hoisting, grouping by signature), `calldef` (one def per group, on the base writer in `body`),
-`variants` (defs that differ only in shapes merged), `loops` (runs of calls rolled back), and
-with a way to trace again, `dims` (sizes as expressions of the inputs' shapes), then `unfold`
+`merge.shared_defs` (defs that differ only in numbers or branches merged), `loops` (runs of calls
+rolled back), and with a way to trace again, `merge.input_sizes` (sizes as expressions of the inputs'
+shapes), then `unfold`
 (a call that makes its statement sprawl named on a line of its own), and last `rebinding` (a
 rebound name reused where its old value is dead: `k = k.reshape(...)`).
 """
@@ -28,11 +29,11 @@ from jaxside.render.lower.attributes import name_config
 from jaxside.render.lower.calldef import CallDef
 from jaxside.render.lower.calltree import CallTree
 from jaxside.render.lower.context import Context
-from jaxside.render.lower.dims import Resize, generalize
 from jaxside.render.lower.loops import reroll
+from jaxside.render.lower.merge.input_sizes import Resize, generalize
+from jaxside.render.lower.merge.shared_defs import merge_variants
 from jaxside.render.lower.rebinding import reuse_names
 from jaxside.render.lower.unfold import unfold
-from jaxside.render.lower.variants import merge_variants
 from jaxside.tracing.trace import Trace
 
 
@@ -40,7 +41,7 @@ def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Pro
     """The program for `trace`: defs for its call tree, statements for its equations.
 
     With `retrace` (the same torch code traced with some inputs resized), sizes that follow the
-    inputs are written as expressions of their shapes (`render.lower.dims`)."""
+    inputs are written as expressions of their shapes (`render.lower.merge.input_sizes`)."""
     program = _lower(trace)
     if retrace is not None and trace.frontend == "torch":
         generalize(program, lambda resize: _lower(retrace(resize)))

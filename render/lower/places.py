@@ -1,5 +1,5 @@
 """Where a node sits in an `ast` tree, and putting another node there: what the steps that
-rewrite statements in place (`loops`, `variants`, `config`, `unfold`) share.
+rewrite statements in place (`loops`, `merge.shared_defs`, `merge.keyword_args`, `unfold`) share.
 
 A place is `(parent, field, index)`: the node is `parent.field`, or `parent.field[index]`.
 """

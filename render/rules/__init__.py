@@ -7,7 +7,7 @@ that are jaxpr literals are rendered here from the literal itself, so their dtyp
 `RULES` maps each primitive name to its one rule; an equation without one becomes
 ``jax.extend.core.primitives.<name>_p.bind(*args, **params)``.
 
-Rules live in modules by family (`elementwise`, `shapes`, `reductions`, `linalg`, `random`,
+Rules live in modules by family (`elementwise`, `shapes`, `reductions`, `linalg`, `draws`,
 `known_calls`, `control`); each family keeps its own table and `RULES` is their union, built
 here in that order: a primitive with two rules is an error at import.  To add a rule, add a
 `@rule("name")` function to its family's module (see docs/architecture.md).
@@ -33,7 +33,7 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules import control, elementwise, idioms, known_calls, linalg, random, reductions, shapes
+from jaxside.render.rules import control, draws, elementwise, idioms, known_calls, linalg, reductions, shapes
 from jaxside.render.rules._core import REWRITES, Rule, atom_expr, call, dotted, exact
 from jaxside.render.rules.emitter import (
     Emitter,
@@ -53,7 +53,7 @@ __all__ = [
     "dotted", "function_source", "fuse", "indices", "pack", "render_eqn", "shape_expr",
 ]
 
-FAMILIES = (elementwise, shapes, reductions, linalg, random, known_calls, control, idioms)
+FAMILIES = (elementwise, shapes, reductions, linalg, draws, known_calls, control, idioms)
 
 
 def _union() -> dict[str, Rule]:

@@ -8,9 +8,9 @@ from collections import Counter
 from typing import Any
 
 from jaxside.annotate.errors import Failure
-from jaxside.annotate.review_fit import Leaf, Recipe, fit, given_recipe
-from jaxside.annotate.review_frameworks import ModulePort
-from jaxside.annotate.review_map import Mapping, read_params_map
+from jaxside.annotate.review.fit import Leaf, Recipe, fit, given_recipe
+from jaxside.annotate.review.frameworks import ModulePort
+from jaxside.annotate.review.mapping import Mapping, read_params_map
 
 
 class _Run:
@@ -48,7 +48,7 @@ def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str,
     recipes: dict[str, Any] = dict(result.recipes)
     checked: list[str] = []
     if loaded is not None:
-        from jaxside.annotate.review_loader import Loaded, check, lines
+        from jaxside.annotate.review.loader import Loaded, check, lines
 
         dtypes = {leaf.path: loaded[2].get(leaf.path, leaf.dtype) for leaf in port.leaves}
         checked = lines(check(port.own, result.recipes, state, dtypes, loaded[0], loaded[3]),

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
 from jaxside.annotate.output import check_target, stdout_to_stderr, to_stdout, write
-from jaxside.annotate.review_map import read_params_map
+from jaxside.annotate.review.mapping import read_params_map
 from jaxside.annotate.status import Status
 
 __all__ = ["main"]
@@ -81,7 +81,7 @@ def _run(options: argparse.Namespace) -> int:
 
 def _review(options: argparse.Namespace, status: Status) -> int:
     status.phase("loading torch and jax")
-    from jaxside.annotate.review_align import align, side
+    from jaxside.annotate.review.align import align, side
 
     with stdout_to_stderr():
         status.phase(f"tracing {Path(options.file).name}")
@@ -93,14 +93,14 @@ def _review(options: argparse.Namespace, status: Status) -> int:
         port = side(port_trace, port_args)
     status.phase("comparing values")
     inputs = _input_pairs(torch_trace, port_trace, mapping.inputs)
-    from jaxside.annotate.review_outputs import compare_outputs, match_outputs, matched, unreturned
+    from jaxside.annotate.review.outputs import compare_outputs, match_outputs, matched, unreturned
 
     matches = match_outputs(torch, port, mapping.module_port)
     alignment = align(torch, port, inputs, options.rtol, options.atol, unreturned(matches))
     leaves = compare_outputs(torch, port, alignment, options.rtol, options.atol, matches)
     outputs_close = matched(leaves)
-    from jaxside.annotate.review_html import html_page
-    from jaxside.annotate.review_report import text
+    from jaxside.annotate.review.page import html_page
+    from jaxside.annotate.review.report import text
 
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(text(options, torch, port, alignment, mapping, leaves))
@@ -151,7 +151,7 @@ def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, 
 def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) -> tuple[Any, list, Any]:
     """The port's trace, its input values, and how its weights were mapped."""
     from jaxside.annotate.errors import UserCodeRaised
-    from jaxside.annotate.review_frameworks import module_port
+    from jaxside.annotate.review.frameworks import module_port
 
     module = _load_port(options.port)
     name = options.port_entry or ("forward" if hasattr(module, "forward") else "build")
@@ -177,14 +177,14 @@ def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) 
     if port is None and inspect.isclass(entry):
         raise Failure(f"{name} is a class that needs arguments", f"name a function that returns a {name}",
                       file=options.port)
-    from jaxside.annotate.review_files import port_files
+    from jaxside.annotate.review.files import port_files
 
     files = port_files(module, built)
     made = None
     if options.port_weights:
         port, made = _load_weights(options, module, port, built, state, data, files)
     if port is not None:
-        from jaxside.annotate.review_modules import trace_module
+        from jaxside.annotate.review.modules import trace_module
 
         return trace_module(options, port, state, data, files, made)
     return _function_side(options, entry, name, state, data, files)
@@ -194,8 +194,8 @@ def _load_weights(options: argparse.Namespace, module: Any, port: Any, built: An
                   data: tuple, files: list[str]) -> tuple[Any, Any]:
     """The port as its own loader fills it (`--port-weights`), and where the loader made each array."""
     from jaxside.annotate.errors import UserCodeRaised
-    from jaxside.annotate.review_frameworks import module_port
-    from jaxside.annotate.review_loader import run_loader
+    from jaxside.annotate.review.frameworks import module_port
+    from jaxside.annotate.review.loader import run_loader
 
     name = options.port_weights
     loader = getattr(module, name, None)
@@ -231,7 +231,7 @@ def _load_port(path: str) -> Any:
     from jaxside.annotate.errors import UserCodeRaised
     from jaxside.annotate.installed import pip_install
     from jaxside.annotate.loading import load_file
-    from jaxside.annotate.review_frameworks import FRAMEWORKS
+    from jaxside.annotate.review.frameworks import FRAMEWORKS
 
     try:
         return load_file(path)
@@ -270,7 +270,7 @@ def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[
     import jax
 
     from jaxside.annotate.errors import UserCodeRaised
-    from jaxside.annotate.review_map import assign, discover
+    from jaxside.annotate.review.mapping import assign, discover
     from jaxside.tracing import Capture
 
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

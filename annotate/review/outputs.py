@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jaxside.annotate.review_align import close, error
+from jaxside.annotate.review.align import close, error
 
 _KEY = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]|\.(\w+)")
 

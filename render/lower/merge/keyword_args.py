@@ -11,7 +11,7 @@ inside a keyword of a call takes that keyword's torch name (`stride`, `padding`,
 any other is passed whole. Numbers with the same name and the same value in every call are one
 argument; the same name with other values takes the torch attribute called
 (`conv_dw_stride`). A number only some calls' statements have (one under a flag of the def,
-`render.lower.kinds`) defaults to the commonest value, which those calls leave out. The def runs
+`render.lower.merge.branch_flags`) defaults to the commonest value, which those calls leave out. The def runs
 the very same Python numbers at each call, so it stages the same equations as the defs it
 replaces.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Keyword, Program, named
-from jaxside.render.lower.kinds import branch
+from jaxside.render.lower.merge.branch_flags import branch
 from jaxside.render.lower.places import place_in, put
 from jaxside.render.names import is_index
 

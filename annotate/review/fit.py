@@ -2,7 +2,7 @@
 
 Each port leaf gets a `Recipe`: which torch tensor (or rows of one), and the layout change the shapes
 prove (as is, transposed, a Flax `kernel` that is `weight.T` reshaped, a conv kernel). Names choose
-among the tensors that fit (`review_map.similarity`); a fused torch tensor (`wqkv`) is split over
+among the tensors that fit (`review.mapping.similarity`); a fused torch tensor (`wqkv`) is split over
 sibling leaves (`q_proj`, `k_proj`, `v_proj`) when their rows add up and the fused name orders them.
 """
 
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxside.annotate.review_map import ROLES, similarity, tokens
+from jaxside.annotate.review.mapping import ROLES, similarity, tokens
 
 # Parts a fused torch name is made of, by the word that names them in the fused name.
 _PARTS = {

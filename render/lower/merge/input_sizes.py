@@ -14,7 +14,7 @@ or loop on the size) or gives a number no shape explains stays fixed: `Sizes` sa
 module docstring lists it, and unless the torch code itself refuses other sizes there (a Linear's
 features), the entry raises a `ValueError` for another size.
 
-Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.variants`'
+Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.merge.shared_defs`'
 job, which does the same for the defs of one function called at other sizes.
 """
 
@@ -29,10 +29,10 @@ from typing import Any
 
 from jaxside.render.ir import Define, Dim, Function, Loop, Program, Sizes, Statement, named
 from jaxside.render.lower.context import LoweringError
-from jaxside.render.lower.guards import guard_sizes
-from jaxside.render.lower.samesize import same_at_traced
-from jaxside.render.lower.sizenames import bind_sizes
-from jaxside.render.lower.variants import Fit, expression, fit, parallel_diff
+from jaxside.render.lower.merge.same_size import same_at_traced
+from jaxside.render.lower.merge.shared_defs import Fit, expression, fit, parallel_diff
+from jaxside.render.lower.merge.size_guards import guard_sizes
+from jaxside.render.lower.merge.size_names import bind_sizes
 from jaxside.tracing.trace import Trace
 
 Resize = dict[str, tuple[int, ...]]

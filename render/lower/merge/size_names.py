@@ -1,5 +1,5 @@
 """The names the torch code gave sizes: `bsz, seqlen, _ = x.shape` bound at the top of a def whose
-numbers `render.lower.dims` writes as sizes of its arguments, `n = x.size(0)` likewise."""
+numbers `render.lower.merge.input_sizes` writes as sizes of its arguments, `n = x.size(0)` likewise."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Statement, named
-from jaxside.render.lower.variants import Atom, size_expr
+from jaxside.render.lower.merge.shared_defs import Atom, size_expr
 
 
 def bind_sizes(function: Function, atoms: set[Atom]) -> dict[Atom, str]:

@@ -3,13 +3,13 @@
 Defs written for the same torch function whose bodies differ only in numbers are merged. A
 number that follows the sizes of the def's arguments becomes `x.shape[d]` (or `x.shape[1] * 2`),
 else one that a parameter's size gives `params["conv"]["bias"].shape[0]`, else a keyword-only
-argument each call passes (`stride=2`, `render.lower.config`): blocks of a ResNet or an
+argument each call passes (`stride=2`, `render.lower.merge.keyword_args`): blocks of a ResNet or an
 EfficientNet with other widths, strides and kernels share a def. Defs whose bodies differ
 otherwise (a block that ran its downsample branch, one that did not: two kinds) are merged too,
 the statements only some ran under a flag each call passes (`downsample=True`,
-`render.lower.kinds`); numbers are fitted over the calls that ran each statement. Kinds that
+`render.lower.merge.branch_flags`); numbers are fitted over the calls that ran each statement. Kinds that
 cannot be merged stay apart, named by the branch (`basic_block_forward_downsample`). Comparing
-defs and fitting numbers to sizes (`parallel_diff`, `fit`) live here; `render.lower.dims` does
+defs and fitting numbers to sizes (`parallel_diff`, `fit`) live here; `render.lower.merge.input_sizes` does
 the same across programs traced at other input sizes.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from jaxside.render.ir import Function, Keyword, named
 from jaxside.render.lower.calltree import Group
-from jaxside.render.lower.config import config_keywords, kind_suffixes
-from jaxside.render.lower.kinds import Merged, merge_kinds
+from jaxside.render.lower.merge.branch_flags import Merged, merge_kinds
+from jaxside.render.lower.merge.keyword_args import config_keywords, kind_suffixes
 from jaxside.render.lower.places import put
 
 Atom = tuple[str, int]
@@ -67,7 +67,7 @@ def merge_variants(level: list[Group]) -> dict[int, str]:
 
 def _mergeable(kinds: list[list[Group]]) -> list[list[list[Group]]]:
     """The kinds in sets that merge into one def each: each kind joins the first set it merges
-    with (`render.lower.kinds`), else starts its own."""
+    with (`render.lower.merge.branch_flags`), else starts its own."""
     sets: list[list[list[Group]]] = []
     for kind in kinds:
         for together in sets:
@@ -108,7 +108,7 @@ def _merge_shapes(variants: list[Group]) -> None:
 
 
 def _merge_kinds(kinds: list[list[Group]]) -> bool:
-    """Merge the kinds of one function into one def under flags (`render.lower.kinds`)."""
+    """Merge the kinds of one function into one def under flags (`render.lower.merge.branch_flags`)."""
     functions = [[g.function for g in kind if g.function is not None] for kind in kinds]
     merged = merge_kinds(functions)
     every = [f for kind in functions for f in kind]

@@ -95,8 +95,8 @@ def _numbers(value: np.ndarray) -> str:
 
 def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
          leaves: list[Any]) -> str:
-    from jaxside.annotate.review_outputs import lines as output_lines
-    from jaxside.annotate.review_outputs import matched
+    from jaxside.annotate.review.outputs import lines as output_lines
+    from jaxside.annotate.review.outputs import matched
 
     outputs_close = matched(leaves)
     out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "

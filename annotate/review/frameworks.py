@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jaxside.annotate.review_fit import Leaf
+from jaxside.annotate.review.fit import Leaf
 
 FRAMEWORKS = ("flax", "equinox")
 """Top-level packages of the frameworks review adapts (the `review` extra installs them)."""

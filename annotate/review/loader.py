@@ -2,7 +2,7 @@
 
 `NAME(port_model, torch_state_dict)` returns the loaded port (or fills it in place and returns
 None); the port then runs on what the loader put in it. Each leaf is then held against what review's
-mapping (`review_fit`) proves it must be: a leaf that differs is named with what it holds instead
+mapping (`review.fit`) proves it must be: a leaf that differs is named with what it holds instead
 (torch's `weight` where the mapping proves `weight.T`, another leaf's tensor, a scaled copy, another
 dtype) and the loader line that made it, found by watching the loader's lines run: the first line
 after which the leaf's final array is in the loader's locals or in the port's variables.
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxside.annotate.review_fit import Recipe
+from jaxside.annotate.review.fit import Recipe
 
 
 @dataclass

@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from jaxside.annotate.review_report import labels, rows, side_files, site_of
+from jaxside.annotate.review.report import labels, rows, side_files, site_of
 from jaxside.render.html import folds, highlight
 from jaxside.render.html.page import document
 from jaxside.render.source import python_lines

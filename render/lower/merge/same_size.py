@@ -1,7 +1,7 @@
 """Whether a program written from other sizes computes, at the traced sizes, what the traced one does.
 
 A sequence traced at its bound (`T == block_size`) is fitted from programs at smaller sizes, and
-the one at the first is written (`render.lower.dims`). Both are run under `jax.make_jaxpr` at
+the one at the first is written (`render.lower.merge.input_sizes`). Both are run under `jax.make_jaxpr` at
 the traced shapes: where they stage the very same jaxpr (a slice that takes the whole buffer
 binds nothing, so `bias[:, :, :T, :T]` stages what the traced program's `bias` does), the
 written program is the traced one at that size. Where they differ (a Python branch on the size
