@@ -20,12 +20,12 @@ from jax.extend.core import ClosedJaxpr, Literal
 
 from jaxside.render.rules._core import (
     Rule,
-    _lambda_args,
     atom_expr,
     call,
     dotted,
     exact,
     kw,
+    lambda_args,
     literal,
     registrar,
 )
@@ -207,8 +207,8 @@ def _while_lambdas(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr
     body = emitter.function(p["body_jaxpr"], "body")
     # The loop closes over the consts, as the code that built it did: jax lifts them back out.
     carry: list[ast.expr] = [_CARRY] if len(init) == 1 else [ast.Starred(_CARRY, ast.Load())]
-    cond_fn = ast.Lambda(_lambda_args([_CARRY.id]), call(cond, [*cond_consts, *carry]))
-    body_fn = ast.Lambda(_lambda_args([_CARRY.id]), call(body, [*body_consts, *carry]))
+    cond_fn = ast.Lambda(lambda_args([_CARRY.id]), call(cond, [*cond_consts, *carry]))
+    body_fn = ast.Lambda(lambda_args([_CARRY.id]), call(body, [*body_consts, *carry]))
     start = init[0] if len(init) == 1 else ast.Tuple(list(init), ast.Load())
     return call("lax.while_loop", [cond_fn, body_fn, start])
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Graph, _is_traced
+from jaxside.render.rules._core import Graph, is_traced
 
 
 def dynamic_slice(eqn: Any, graph: Graph) -> list[tuple[str, list[Any]]]:
@@ -21,9 +21,9 @@ def dynamic_slice(eqn: Any, graph: Graph) -> list[tuple[str, list[Any]]]:
     update = eqn.primitive.name == "dynamic_update_slice"
     fixed = eqn.invars[:2] if update else eqn.invars[:1]
     starts = eqn.invars[len(fixed):]
-    if not all(_is_traced(v) for v in fixed):
+    if not all(is_traced(v) for v in fixed):
         return []
-    if not all(_is_traced(s) or isinstance(s, Literal) for s in starts):
+    if not all(is_traced(s) or isinstance(s, Literal) for s in starts):
         return []
     candidates = []
     for unwrap in (True, False):
@@ -48,7 +48,7 @@ def _unwrapped(start: Any, graph: Graph) -> Any:
     wrap = graph.producer(start)
     if wrap is None or wrap.primitive.name != "select_n" or len(wrap.invars) != 3:
         return None
-    return wrap.invars[1] if _is_traced(wrap.invars[1]) else None
+    return wrap.invars[1] if is_traced(wrap.invars[1]) else None
 
 
 def _code(eqn: Any, update: bool, starts: list[str]) -> str:

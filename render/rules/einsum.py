@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxside.render.rules._core import Candidate, Graph, _is_traced
+from jaxside.render.rules._core import Candidate, Graph, is_traced
 from jaxside.render.rules.linalg import matmul
 
 
@@ -20,7 +20,7 @@ def einsum(eqn: Any, graph: Graph) -> list[Candidate]:
     elsewhere than in front, several contracted axes, an outer product), and with the
     'transpose' of its result jnp adds when the output's axes come in another order."""
     if eqn.primitive.name == "transpose":
-        dot = graph.producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
+        dot = graph.producer(eqn.invars[0]) if is_traced(eqn.invars[0]) else None
         if dot is None or dot.primitive.name != "dot_general":
             return []
         perm = tuple(eqn.params["permutation"])

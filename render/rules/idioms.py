@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from jax.extend.core import Literal, Primitive
 
-from jaxside.render.rules._core import Candidate, Graph, Rule, _is_traced, registrar, rewritten
+from jaxside.render.rules._core import Candidate, Graph, Rule, is_traced, registrar, rewritten
 from jaxside.render.rules.dynamic import dynamic_slice
 from jaxside.render.rules.einsum import einsum
 from jaxside.render.rules.emitter import Emitter
@@ -84,7 +84,7 @@ def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
     wrapped: list[Any] = []
 
     def walk(v: Any) -> None:
-        if not _is_traced(v):
+        if not is_traced(v):
             return
         eqn = graph.producer(v)
         name = eqn.primitive.name if eqn is not None else None
@@ -120,7 +120,7 @@ def _gather(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x[i]`, `x[:, :, i]`, `x[i, j]`: the index wrap (`i + n` where `i < 0`), the broadcasts and
     the `gather` (mode `PROMISE_IN_BOUNDS`) jnp stages for integer-array indexing."""
     x, indices = eqn.invars
-    if not _is_traced(x):
+    if not is_traced(x):
         return []
     axes = tuple(eqn.params["dimension_numbers"].start_index_map)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
@@ -175,7 +175,7 @@ def _scatter(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
     broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
     x, indices, updates = eqn.invars
-    if not _is_traced(x):
+    if not is_traced(x):
         return []
     axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
@@ -195,9 +195,9 @@ def _update_values(updates: Any, graph: Graph) -> Iterator[Any]:
     """The value a scatter writes, as given (`updates` itself first, then before jnp's broadcasts)."""
     seen = updates
     while True:
-        if _is_traced(seen):
+        if is_traced(seen):
             yield seen
-        eqn = graph.producer(seen) if _is_traced(seen) else None
+        eqn = graph.producer(seen) if is_traced(seen) else None
         if eqn is None or eqn.primitive.name not in _UPDATE_PREP:
             return
         seen = eqn.invars[0]
@@ -208,7 +208,7 @@ def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
     integer index.  And `r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's split into parts of
     one, each squeezed (the rewrite `unstack_parts`)."""
     (sliced,) = eqn.invars
-    source = graph.producer(sliced) if _is_traced(sliced) else None
+    source = graph.producer(sliced) if is_traced(sliced) else None
     if source is not None and source.primitive.name == "split":
         return _unstack(eqn, source, graph)
     dims = tuple(eqn.params["dimensions"])
@@ -256,17 +256,17 @@ def _div(eqn: Any, graph: Graph) -> list[Candidate]:
     `x / y` with rank promotion, as for the other operators)."""
     numerator, denominator = eqn.invars
     candidates = []
-    top = graph.producer(numerator) if _is_traced(numerator) else None
-    if top is not None and top.primitive.name == "broadcast_in_dim" and _is_traced(top.invars[0]):
+    top = graph.producer(numerator) if is_traced(numerator) else None
+    if top is not None and top.primitive.name == "broadcast_in_dim" and is_traced(top.invars[0]):
         top = graph.producer(top.invars[0])
     if top is not None and top.primitive.name == "reduce_sum" and isinstance(denominator, Literal):
         axes = tuple(top.params["axes"])
         keep = ", keepdims=True" if eqn.outvars[0].aval.ndim == top.invars[0].aval.ndim else ""
         candidates.append((f"jnp.mean(_0, axis={_axis(axes)}{keep})", [top.invars[0]]))
-    exp = graph.producer(numerator) if _is_traced(numerator) else None
+    exp = graph.producer(numerator) if is_traced(numerator) else None
     shifted = graph.producer(exp.invars[0]) if exp is not None and exp.primitive.name == "exp" else None
-    if shifted is not None and shifted.primitive.name == "sub" and _is_traced(shifted.invars[0]):
-        total = graph.producer(denominator) if _is_traced(denominator) else None
+    if shifted is not None and shifted.primitive.name == "sub" and is_traced(shifted.invars[0]):
+        total = graph.producer(denominator) if is_traced(denominator) else None
         while total is not None and total.primitive.name == "broadcast_in_dim":
             total = graph.producer(total.invars[0])
         if total is not None and total.primitive.name == "reduce_sum":
@@ -279,8 +279,8 @@ def _broadcast(eqn: Any, graph: Graph) -> list[Candidate]:
     """`x[None, None, i]`: jnp gathers, then puts the new axes in front.  And `x[:, None, :, 0]`:
     the slice and squeeze of an integer index, then the new axes."""
     (value,) = eqn.invars
-    source = graph.producer(value) if _is_traced(value) else None
-    new = eqn.outvars[0].aval.ndim - value.aval.ndim if _is_traced(value) else 0
+    source = graph.producer(value) if is_traced(value) else None
+    new = eqn.outvars[0].aval.ndim - value.aval.ndim if is_traced(value) else 0
     if source is not None and source.primitive.name == "squeeze" and new > 0:
         return _new_axes(eqn, source, graph)
     if source is None or source.primitive.name != "gather" or new <= 0:
@@ -318,14 +318,14 @@ def _reshape(eqn: Any, graph: Graph) -> list[Candidate]:
     twice, to the new axis and along it (the rewrite `repeat_broadcasts`).  And `a @ b` for the
     matmul torchax flattens to one batch axis and back (the rewrite `matmul_unflattened`)."""
     (value,) = eqn.invars
-    source = graph.producer(value) if _is_traced(value) else None
+    source = graph.producer(value) if is_traced(value) else None
     if source is not None and source.primitive.name == "dot_general":
         return _unflattened_matmul(eqn, source, graph)
-    if source is None or source.primitive.name != "broadcast_in_dim" or not _is_traced(source.invars[0]):
+    if source is None or source.primitive.name != "broadcast_in_dim" or not is_traced(source.invars[0]):
         return []
     x, dims = source.invars[0], tuple(source.params["broadcast_dimensions"])
     inner = graph.producer(x)
-    twice = inner is not None and inner.primitive.name == "broadcast_in_dim" and _is_traced(inner.invars[0])
+    twice = inner is not None and inner.primitive.name == "broadcast_in_dim" and is_traced(inner.invars[0])
     if twice:  # a broadcast of a broadcast: one broadcast, of the axes composed
         x, dims = inner.invars[0], tuple(dims[d] for d in inner.params["broadcast_dimensions"])
     found = _repeat(tuple(x.aval.shape), tuple(source.params["shape"]), dims, eqn)
@@ -356,8 +356,8 @@ def _repeat(
 
 
 def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Candidate]:
-    flat = [graph.producer(v) if _is_traced(v) else None for v in dot.invars]
-    if any(e is None or e.primitive.name != "reshape" or not _is_traced(e.invars[0]) for e in flat):
+    flat = [graph.producer(v) if is_traced(v) else None for v in dot.invars]
+    if any(e is None or e.primitive.name != "reshape" or not is_traced(e.invars[0]) for e in flat):
         return []
     a, b = (e.invars[0] for e in flat)
     sa, sb, out = tuple(a.aval.shape), tuple(b.aval.shape), tuple(eqn.outvars[0].aval.shape)
@@ -381,9 +381,9 @@ def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
     of full rank (the rewrite 'unit_axes')."""
     sources = []
     for v in eqn.invars:
-        made = graph.producer(v) if _is_traced(v) else None
+        made = graph.producer(v) if is_traced(v) else None
         broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
-        sources.append(made.invars[0] if broadcast and _is_traced(made.invars[0]) else None)
+        sources.append(made.invars[0] if broadcast and is_traced(made.invars[0]) else None)
     code = _BINARY[eqn.primitive.name]
     tries = [[s if s is not None else v for s, v in zip(sources, eqn.invars)]] if all(sources) else []
     for i, source in enumerate(sources):
@@ -405,12 +405,12 @@ def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
     rank = eqn.outvars[0].aval.ndim
     for k, v in enumerate(eqn.invars):
         partner = eqn.invars[1 - k]
-        made = graph.producer(v) if _is_traced(v) else None
+        made = graph.producer(v) if is_traced(v) else None
         if made is None or made.primitive.name != "reshape" or made.params.get("dimensions") is not None:
             continue
         source, sizes = made.invars[0], tuple(made.params["new_sizes"])
-        kept = inserted_axes(tuple(source.aval.shape), sizes) if _is_traced(source) else None
-        full = _is_traced(partner) and partner is not v and partner.aval.ndim == rank == len(sizes)
+        kept = inserted_axes(tuple(source.aval.shape), sizes) if is_traced(source) else None
+        full = is_traced(partner) and partner is not v and partner.aval.ndim == rank == len(sizes)
         users = graph.users(v)
         if kept is None or not full or len(users) != 1 or users[0] is not eqn:
             continue
@@ -434,7 +434,7 @@ def _split(eqn: Any, graph: Graph) -> list[Candidate]:
     slices torchax stages for `torch.split` and `torch.chunk`, contiguous along one axis, each
     whole along the others, together the whole axis (the rewrite `split_slices`)."""
     x, axis = eqn.invars[0], _sliced_axis(eqn)
-    if axis is None or not _is_traced(x):
+    if axis is None or not is_traced(x):
         return []
     pieces = sorted(
         ((u.params["start_indices"][axis], u.params["limit_indices"][axis], u.outvars[0])
