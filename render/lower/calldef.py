@@ -61,14 +61,14 @@ class CallDef(Body):
         role = self.tree.classify(self.node, v)
         if role[0] == "param":
             self.uses_params = True
-            leaf = self.ctx.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
+            leaf = self.ctx.roles.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
             self.param_shapes.setdefault(ast.unparse(leaf), tuple(v.aval.shape))
             return leaf
         if role[0] == "state":
             self.uses_state = True
-            return self.ctx.state_tree.subscript(named("state"), role[1], self.node.anchor or "")
+            return self.ctx.roles.state_tree.subscript(named("state"), role[1], self.node.anchor or "")
         if role[0] == "const":
-            return self.ctx.constant(self.ctx.consts[v], "const")
+            return self.ctx.module.constant(self.ctx.flow.consts[v], "const")
         raise LoweringError(f"no value for {v} in `{self.node.call.function}`")
 
     # -- a user def --------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ class CallDef(Body):
                 for v in self._call_operands(item, function):
                     use(v, item.call.call_site)
             else:
-                for v in self.ctx.eqns[item].invars:
+                for v in self.ctx.flow.eqns[item].invars:
                     use(v, self.ctx.trace.eqn_sites[item])
         for _, v in self.tree.returned(node):
             use(v, "return")
@@ -129,7 +129,7 @@ class CallDef(Body):
             use(v, "return")
         for path in node.state_out:
             if not any(path in c.state_out for c in node.children):
-                use(self.ctx.state_final[path], "return")
+                use(self.ctx.roles.state_final[path], "return")
 
     def _call_operands(self, child: Node, function: Function) -> list[Any]:
         return operand_values(child, function)
@@ -138,14 +138,14 @@ class CallDef(Body):
         if node.parent is None:
             return []
         returned = {v for _, v in self.tree.returned(node)}
-        finals = {self.ctx.state_final[p] for p in node.state_out}
+        finals = {self.ctx.roles.state_final[p] for p in node.state_out}
         return [v for v in node.outputs if v not in returned and v not in finals]
 
     def _parameters(self, node: Node, function: Function) -> list[str]:
-        low, names = self.ctx, []
+        ctx, names = self.ctx, []
         if node.parent is None:
             seen: dict[str, str] = {}
-            for item in low.trace.inputs:
+            for item in ctx.trace.inputs:
                 if item.kind != "arg":
                     continue
                 base = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
@@ -161,18 +161,18 @@ class CallDef(Body):
         unbound = [n for n in signature if n not in bound]
         operands: list[tuple[str, str, int]] = []  # (name, kind, slot)
         for index, (name, var) in enumerate(node.call.args):
-            v = low.resolve(var)
+            v = ctx.flow.resolve(var)
             if v in node.inputs and v not in self.env:
                 operands.append((name, "arg", index))
                 self.env[v] = named(name)  # placeholder until the name is final
-        hoisted_vars = [v for v in node.inputs if made_by_hoisted(low, node, v)]
+        hoisted_vars = [v for v in node.inputs if made_by_hoisted(ctx, node, v)]
         for index, v in enumerate(node.inputs):
             if v in self.env or self.tree.classify(node, v) != ("extra",):
                 continue
             if v in hoisted_vars and len(hoisted_vars) == len(unbound):
                 base = unbound[hoisted_vars.index(v)]
             else:
-                origin = low.trace.origin(v)
+                origin = ctx.trace.origin(v)
                 base = (
                     naming.leaf_name(origin.name, node.call.module_path)
                     if origin and origin.name
@@ -183,7 +183,7 @@ class CallDef(Body):
         # In the torch def's parameter order where the names tell it (`x_t, h`), captured values last.
         order = {name: i for i, name in enumerate(signature)}
         operands.sort(key=lambda op: order.get(tree_root(op[0]) or op[0], len(order)))
-        trees = low.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
+        trees = ctx.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
         grouped: dict[str | int, list[tuple[str, str, int]]] = {}
         for base, kind, index in operands:
             root = tree_root(base) if trees and kind == "arg" else None
@@ -195,7 +195,7 @@ class CallDef(Body):
                 names.append(name)
                 function.packing.append(None)
                 function.operands.append((kind, index))
-                v = low.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
+                v = ctx.flow.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
                 self.env[v] = named(name)
                 continue
             name = self.scope.fresh(key, "argument")
@@ -204,14 +204,14 @@ class CallDef(Body):
             for base, kind, index in members:
                 pack.append((base[len(key) :], len(function.operands)))
                 function.operands.append((kind, index))
-                self.env[low.resolve(node.call.args[index][1])] = path_expr(name, base[len(key) :])
+                self.env[ctx.flow.resolve(node.call.args[index][1])] = path_expr(name, base[len(key) :])
             function.packing.append(pack)
         return names
 
     def _inlinable(self, v: Any, site: Site | None, value: ast.expr, call_site: bool = False) -> bool:
         if self.uses[v] != 1 or self.tree.local_name(self.node, v):
             return False
-        if self.ctx.gradients.get(v) is not None:
+        if self.ctx.trace.gradients.get(v) is not None:
             return False  # the gradient of a named value: a line of its own, to read and to edit
         consumer = self.consumer.get(v)
         if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
@@ -237,7 +237,7 @@ class CallDef(Body):
         local = self.tree.local_name(self.node, v)
         if local:
             return self.scope.fresh(local, "local")
-        if v in self.ctx.gradients:
+        if v in self.ctx.trace.gradients:
             return self.scope.fresh(self._gradient_base(v, site), "gradient")
         if v in self.ctx.trace.derivatives:
             return self.scope.fresh(self._derivative_base(v, site), "gradient")
@@ -249,12 +249,12 @@ class CallDef(Body):
             base = origin.name or naming.expression_name(origin.expression) if origin else None
             if base:
                 return self.scope.fresh(base, "local" if origin and origin.name else "expression")
-        uses = self.ctx.uses.get(v, [])
+        uses = self.ctx.flow.uses.get(v, [])
         if (
             site is not None
             and isinstance(operand, ast.Name)
             and uses
-            and any(self.ctx.trace.eqn_sites[u] == site for u in uses if u not in self.ctx.backward_eqns)
+            and any(self.ctx.trace.eqn_sites[u] == site for u in uses if u not in self.ctx.flow.backward_eqns)
         ):
             # A step inside one torch expression: a new version of its operand, not the expression.
             return self.scope.fresh(
@@ -266,7 +266,7 @@ class CallDef(Body):
         return self.scope.fresh(fallback, "fallback")
 
     def _emit_eqn(self, index: int) -> None:
-        eqn = self.ctx.eqns[index]
+        eqn = self.ctx.flow.eqns[index]
         site = self.ctx.trace.eqn_sites[index]
         self.pending = [index]
         self.site = site
@@ -308,7 +308,7 @@ class CallDef(Body):
         return self._target(v, site, fallback)
 
     def _emit_call(self, child: Node) -> None:
-        low, node = self.ctx, self.node
+        ctx, node = self.ctx, self.node
         function = child.group.function if child.group else None
         assert function is not None
         self.pending = []
@@ -321,10 +321,10 @@ class CallDef(Body):
         )
         if function.uses_params:
             self.uses_params = True
-            args.append(low.param_tree.subscript(named("params"), below, node.anchor or ""))
+            args.append(ctx.roles.param_tree.subscript(named("params"), below, node.anchor or ""))
         if function.uses_state:
             self.uses_state = True
-            args.append(low.state_tree.subscript(named("state"), below, node.anchor or ""))
+            args.append(ctx.roles.state_tree.subscript(named("state"), below, node.anchor or ""))
         args += call_args(function, [self.expr(v) for v in self._call_operands(child, function)])
         keywords = [k for k in (keyword.at(child.call) for keyword in function.keywords) if k is not None]
         value: ast.expr = ast.Call(named(function.name), args, keywords)
@@ -354,9 +354,9 @@ class CallDef(Body):
             targets.append(named(state_name, ast.Store()))
             self.child_states.append((child, state_name))
             for path in child.state_out:
-                var = low.state_final[path]
+                var = ctx.roles.state_final[path]
                 if var not in self.env:
-                    self.env[var] = low.state_tree.subscript(
+                    self.env[var] = ctx.roles.state_tree.subscript(
                         named(state_name), relative(path, child.anchor or ""), child.anchor or ""
                     )
         for v in extras:
@@ -396,11 +396,11 @@ class CallDef(Body):
         return named(whole, ast.Store())
 
     def _returns(self, node: Node, function: Function) -> ast.expr | None:
-        low = self.ctx
+        ctx = self.ctx
         parts: list[ast.expr] = []
         if node.parent is None:
-            leaves = iter(self.expr(v) for _, v in low.outputs)
-            parts.append(spec_expr(low.trace.out_tree, leaves, low.trace.static_outputs))
+            leaves = iter(self.expr(v) for _, v in ctx.flow.outputs)
+            parts.append(spec_expr(ctx.trace.out_tree, leaves, ctx.trace.static_outputs))
         else:
             returned = self.tree.returned(node)
             function.ret_paths = [p for p, _ in returned]
@@ -418,7 +418,7 @@ class CallDef(Body):
         return ast.Tuple(parts, ast.Load())
 
     def _state_dict(self, node: Node) -> ast.expr:
-        low, anchor = self.ctx, node.anchor or ""
+        ctx, anchor = self.ctx, node.anchor or ""
         entries: dict[str, ast.expr] = {}
         for path in node.state_out:
             child = next((c for c, _ in self.child_states if path in c.state_out), None)
@@ -428,8 +428,8 @@ class CallDef(Body):
                     relative(child.anchor or "", anchor) if child.anchor != anchor else "", named(name)
                 )
             else:
-                entries[relative(path, anchor)] = self.expr(low.state_final[path])
-        return nested_dict(entries, low.state_tree, anchor)
+                entries[relative(path, anchor)] = self.expr(ctx.roles.state_final[path])
+        return nested_dict(entries, ctx.roles.state_tree, anchor)
 
 
 def _returned_names(function: Function | None, count: int) -> list[str | None]:

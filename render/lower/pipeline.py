@@ -60,8 +60,8 @@ def _lower(trace: Trace) -> Program:
     root = tree.root
     tree.hoist(root)
     groups = tree.group(root)
-    entry_base = "forward" if ctx.module_entry else naming.function_name(root.call.function)
-    entry_name = ctx.module.fresh(entry_base, "local")
+    entry_base = "forward" if ctx.roles.module_entry else naming.function_name(root.call.function)
+    entry_name = ctx.module.scope.fresh(entry_base, "local")
     for height in sorted({g.height for g in groups}):
         level = [g for g in groups if g.height == height]
         for group in level:
@@ -75,7 +75,7 @@ def _lower(trace: Trace) -> Program:
                 function.name = (
                     entry_name
                     if is_entry
-                    else ctx.module.fresh(
+                    else ctx.module.scope.fresh(
                         naming.function_name(group.nodes[0].call.function) + kinds.get(id(function), ""),
                         "local",
                     )
@@ -94,15 +94,15 @@ def _lower(trace: Trace) -> Program:
     return Program(
         trace=trace,
         functions=functions,
-        helpers=ctx.helpers,
-        constants=ctx.constants,
+        helpers=ctx.module.helpers,
+        constants=ctx.module.constants,
         entry=entry,
         arg_names=arg_names,
         param_paths=[
-            i.name for i in trace.inputs if i.kind != "arg" and i.name not in ctx.state_final
+            i.name for i in trace.inputs if i.kind != "arg" and i.name not in ctx.roles.state_final
         ],
-        state_paths=list(ctx.state_final),
-        fallbacks=ctx.fallbacks,
+        state_paths=list(ctx.roles.state_final),
+        fallbacks=ctx.module.fallbacks,
     )
 
 
