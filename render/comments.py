@@ -34,7 +34,8 @@ class Note:
     count: int = 0
     """How many times it ran, over every call."""
     variants: int = 1
-    """How many different JAX forms it had (calls with other shapes or dtypes)."""
+    """How many variants it had: defs of one torch function for calls with other shapes or dtypes
+    (the comment says "forms")."""
     calls: int | None = None
     """How many calls of its def ran it, where not every one did (a statement under a flag)."""
 
@@ -154,7 +155,7 @@ def notes_for(
     """Gather the program's statements that came from `path`, per torch statement.
 
     A def stands for every call it was used for, so its lines ran that many times more; the
-    same torch line in two defs is one torch function called with two forms (shapes, dtypes).
+    same torch line in two defs is one torch function with two variants (shapes, dtypes).
     """
     target = str(Path(path).resolve())
     merged: dict[int, Note] = {}

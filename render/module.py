@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from typing import Any
 
 from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower import lower
-from jaxside.render.lower.merge.keyword_args import accessor
+from jaxside.render.lower.config_fields import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
 from jaxside.tracing.trace import Trace
@@ -139,7 +140,7 @@ def _sizes(program: Program) -> list[str]:
     if sizes is None:
         return []
 
-    def listed(dims: list) -> str:
+    def listed(dims: list[Any]) -> str:
         arguments = [f"`{d}`" for d in dims if not d.state]
         buffers = [d for d in dims if d.state]
         text = " = ".join(arguments) if arguments else f"`{buffers[0]}`"

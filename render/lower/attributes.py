@@ -33,6 +33,7 @@ from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Define, Function, Keyword, Loop, Program, Statement, fold_of, named
+from jaxside.render.lower.config_fields import ConfigField, Fields, thread_config
 from jaxside.render.lower.evidence import (
     Named,
     Owner,
@@ -43,7 +44,6 @@ from jaxside.render.lower.evidence import (
     same,
     self_path,
 )
-from jaxside.render.lower.merge.keyword_args import ConfigField, Fields, thread_config
 from jaxside.render.lower.places import put
 
 _NOT_CONFIG_KEYWORDS = frozenset({"axis", "axes", "dimension", "keepdims", "dtype"})

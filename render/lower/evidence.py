@@ -22,7 +22,7 @@ import numpy as np
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, named
-from jaxside.render.lower.merge.keyword_args import Fields
+from jaxside.render.lower.config_fields import Fields
 
 _OPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,

@@ -92,7 +92,9 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
     return None
 
 
-def _row(kinds: list[list[Function]], reps: list[Function], origin: Element | None, node: ast.stmt) -> list:
+def _row(
+    kinds: list[list[Function]], reps: list[Function], origin: Element | None, node: ast.stmt
+) -> list[Any]:
     if origin is None:  # an alias: no numbers
         return [(reps[0], node, node)]
 
@@ -109,7 +111,7 @@ def _row(kinds: list[list[Function]], reps: list[Function], origin: Element | No
 # -- lining up ---------------------------------------------------------------------------------------
 
 
-def _keys(function: Function) -> list[tuple]:
+def _keys(function: Function) -> list[tuple[Any, ...]]:
     """What lines up between kinds, for each statement: its torch expression and its form."""
     local = _locals(function)
     keys = []
@@ -173,7 +175,7 @@ def _skeleton(node: ast.AST, local: set[str]) -> str:
 # -- flags ----------------------------------------------------------------------------------------------
 
 
-def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[ast.expr | None]] | None:
+def _flags(reps: list[Function], elements: list[Element]) -> tuple[list[Any], list[ast.expr | None]] | None:
     """The flags (name, value per kind) and the condition of each merged statement. A line some
     kinds ran otherwise (`self.act(x)`, a ReLU here, a Tanh there) is no branch: None."""
     every = set(range(len(reps)))
@@ -242,7 +244,7 @@ class _Builder:
     """The merged statements, named: the first kind's names, new ones for the other kinds'
     statements; where kinds read other values at one place, a rebinding or an alias."""
 
-    def __init__(self, reps: list[Function], elements: list[Element], whens: list, rebind: bool) -> None:
+    def __init__(self, reps: list[Function], elements: list[Element], whens: list[Any], rebind: bool) -> None:
         self.reps, self.elements, self.whens, self.rebind = reps, elements, whens, rebind
         self.every = frozenset(range(len(reps)))
         self.maps: list[dict[str, str]] = [{p: p for p in reps[0].params} for _ in reps]
@@ -423,3 +425,22 @@ def _same(merged: ast.stmt, mine: ast.stmt, env: dict[str, str], local: set[str]
         return False
     env.update(bound)
     return True
+
+
+# -- naming the kinds that stay apart ------------------------------------------------------------
+
+
+def kind_suffixes(functions: list[Function]) -> dict[int, str]:
+    """The suffix of each def of one torch function whose calls took other branches (a block with
+    a downsample, one without), by `id`: from the `if` around a line only that def ran
+    (`_downsample` for `if self.downsample is not None:`, `_has_skip` for `if self.has_skip:`),
+    else the attribute that line calls (`_act`); none for a def that ran no line of its own."""
+    lines = [{(s.site.file, s.site.line): s.site for s in f.body if s.site is not None} for f in functions]
+    suffixes = {}
+    for k, function in enumerate(functions):
+        others = set().union(*(set(lines[j]) for j in range(len(functions)) if j != k))
+        own = sorted(set(lines[k]) - others)
+        found = branch(function, lines[k][own[0]]) if own else None
+        if found:  # `_downsample`, `_no_downsample` in its `else`
+            suffixes[id(function)] = f"_{found[0]}" if found[1] else f"_no_{found[0]}"
+    return suffixes

@@ -7,7 +7,7 @@ import ast
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Statement, named
-from jaxside.render.lower.merge.shared_defs import Atom, size_expr
+from jaxside.render.lower.merge.fitting import Atom, size_expr
 
 
 def bind_sizes(function: Function, atoms: set[Atom]) -> dict[Atom, str]:
