@@ -38,7 +38,7 @@ class Fold:
 
 def fold(node: ast.expr, record: Fold) -> ast.expr:
     """`node`, marked as folded (the mark survives `copy.deepcopy`)."""
-    node.jaxside_fold = record  # type: ignore[attr-defined]
+    node.jaxside_fold = record  # type: ignore[attr-defined]  # a mark on the node, read by `fold_of`
     return node
 
 
@@ -98,6 +98,7 @@ class Loop(Statement):
     calls: list[Call] = field(default_factory=list)
 
     def node(self) -> ast.stmt:
+        assert self.loop_target is not None and self.iterable is not None  # a Loop is made with both
         return ast.For(self.loop_target, self.iterable, [s.node() for s in self.body], [], lineno=0)
 
 
@@ -190,7 +191,7 @@ class Function:
         defaults = [copy.deepcopy(k.default) for k in self.keywords]
         positional = [ast.arg(p) for p in self.params]
         args = ast.arguments([], positional, None, kwonly, defaults, None, [])
-        return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
+        return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0, type_params=[])
 
 
 def blocks(statements: list[Statement]) -> list[ast.stmt]:
@@ -283,7 +284,7 @@ class Program:
 
     def assigned_names(self) -> list[tuple[str, str]]:
         """Every name the user defs assign (parameters, targets, loop variables) with its source."""
-        result = []
+        result: list[tuple[str, str]] = []
         for function in self.functions:
             seen: set[str] = set()
             tree = function.node()

@@ -220,7 +220,9 @@ def _config_class(program: Program) -> str:
     lines = ["@dataclasses.dataclass(frozen=True)", "class Config:", f'    """{doc[4:]}"""', ""]
     for f in program.config:
         kind = type(f.value).__name__
-        lines.append(f"    {f.name}: {kind} = {ast.unparse(user_text.value_expr(f.value))}")
+        value = user_text.value_expr(f.value)
+        assert value is not None  # a field holds a number (tracing.is_number)
+        lines.append(f"    {f.name}: {kind} = {ast.unparse(value)}")
     return "\n".join(lines)
 
 

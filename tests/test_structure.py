@@ -1,5 +1,6 @@
 """Layout rules, read from the source: modules under 500 lines, no import circles, no borrowed private
-names, functions under 80 lines, classes setting at most 15 attributes.
+names, functions under 80 lines, classes setting at most 15 attributes, at most five
+`# type: ignore` (each saying why).
 
 Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not. A private name (or a
 private module) may be imported only from a ``_``-prefixed module of the importer's own package.
@@ -9,6 +10,7 @@ Each rule runs per package: annotate/, render/ and tracing/.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,3 +267,38 @@ def test_the_size_rules_see_what_they_must():
     )
     assert attributes_set(source, "m") == {"m.R": {"a", "c", "e", "h", "i"}}
 
+
+
+MAX_TYPE_IGNORES = 5
+_IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[\w\-, ]+\])?(?P<rest>.*)$")
+
+
+def type_ignores(source: str, module: str) -> list[tuple[str, bool]]:
+    """Each `# type: ignore` in `source` (by `module:line`) and whether it names its codes
+    (`[attr-defined]`) and says why after them, on the same line."""
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        match = _IGNORE.search(line)
+        if match:
+            said = match.group("codes") is not None and re.match(r"\s*#\s*\S", match.group("rest"))
+            found.append((f"{module}:{number}", bool(said)))
+    return found
+
+
+def test_type_ignores_are_few_and_say_why():
+    found = [
+        item for name, path in MODULES.items()
+        for item in type_ignores(path.read_text(encoding="utf-8"), name)
+    ]
+    assert [where for where, said in found if not said] == []
+    assert len(found) <= MAX_TYPE_IGNORES, found
+
+
+def test_the_ignore_rule_sees_what_it_must():
+    source = (
+        "x.a = 1  # type: ignore[attr-defined]  # a mark on the node\n"
+        "y = f()  # type: ignore[arg-type]\n"
+        "z = g()  # type: ignore  # no code\n"
+        "w = 2  # types: fine\n"
+    )
+    assert type_ignores(source, "m") == [("m:1", True), ("m:2", False), ("m:3", False)]

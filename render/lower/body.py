@@ -13,7 +13,7 @@ import ast
 import copy
 import dataclasses
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
@@ -260,7 +260,7 @@ class Body:
         """Note the shape of each value the def names (what `merge.input_sizes` reads sizes from)."""
         for v, expr in self.env.items():
             if isinstance(expr, ast.Name) and isinstance(v, Var):
-                function.value_shapes.setdefault(expr.id, tuple(v.aval.shape))
+                function.value_shapes.setdefault(expr.id, tuple(cast(Any, v.aval).shape))
 
     # -- naming ----------------------------------------------------------------------------------
 
@@ -322,7 +322,7 @@ class Body:
             self._emit(Statement(names, named(whole), [], None, target=target))
         return params
 
-    def _unpack(self, inner: Any, shape: Shape, fallback: dict[int, str], debug: tuple) -> ast.expr:
+    def _unpack(self, inner: Any, shape: Shape, fallback: dict[int, str], debug: tuple[Any, ...]) -> ast.expr:
         """The target unpacking a tuple parameter into its leaves' names (`x, previous = state`)."""
         if isinstance(shape, int):
             v = inner.invars[shape]
@@ -351,8 +351,8 @@ class Body:
         operands = [self.expr(v) for v in eqn.invars]
         value = self.render(eqn, copy.deepcopy(operands))
         outs = eqn.outvars
-        flat = not isinstance(value, Structured)
-        if flat and len(outs) == 1 and self._inlinable_inner(outs[0], site, value):
+        if not isinstance(value, Structured) and len(outs) == 1 and self._inlinable_inner(outs[0], site,
+                                                                                           value):
             self.env[outs[0]] = value
             return
         names: dict[int, str] = {}
@@ -449,7 +449,7 @@ def _dense(leaves: dict[int, ast.expr]) -> list[ast.expr]:
     return [leaves.get(i, ast.Constant(None)) for i in range(size)]
 
 
-def _debug(names: tuple, index: int) -> str | None:
+def _debug(names: tuple[Any, ...], index: int) -> str | None:
     return names[index] if index < len(names) and names[index] else None
 
 

@@ -148,8 +148,8 @@ class CallDef(Body):
             for item in ctx.trace.inputs:
                 if item.kind != "arg":
                     continue
-                base = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
-                root = base.group(0) if base else "arg"
+                head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
+                root = head.group(0) if head else "arg"
                 if root not in seen:
                     seen[root] = self.scope.fresh(root, "argument")
                     names.append(seen[root])
@@ -186,8 +186,8 @@ class CallDef(Body):
         trees = ctx.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
         grouped: dict[str | int, list[tuple[str, str, int]]] = {}
         for base, kind, index in operands:
-            root = tree_root(base) if trees and kind == "arg" else None
-            grouped.setdefault(root if root in order else len(grouped), []).append((base, kind, index))
+            top = tree_root(base) if trees and kind == "arg" else None
+            grouped.setdefault(top if top in order else len(grouped), []).append((base, kind, index))
         for key, members in grouped.items():
             if not isinstance(key, str):
                 ((base, kind, index),) = members
@@ -273,8 +273,7 @@ class CallDef(Body):
         operands = [self.expr(v) for v in eqn.invars]
         value = self.render(eqn, copy.deepcopy(operands))
         outs = eqn.outvars
-        structured = isinstance(value, Structured)
-        if len(outs) == 1 and not structured and self._inlinable(outs[0], site, value):
+        if len(outs) == 1 and not isinstance(value, Structured) and self._inlinable(outs[0], site, value):
             self.folded[outs[0]] = self._take_pending()
             self.env[outs[0]] = fold(value, Fold(None, list(self.folded[outs[0]]), site))
             return
@@ -287,7 +286,7 @@ class CallDef(Body):
                 targets.append(self._hoisted_name(source, v, site, eqn.primitive.name))
             else:
                 targets.append(self._target(v, site, eqn.primitive.name, operands[0] if operands else None))
-        if structured:
+        if isinstance(value, Structured):
             names = {i: t for i, t in enumerate(targets) if t != "_"}
             self.emit_structured(list(outs), value, names, site, self._take_pending())
             return
@@ -435,7 +434,9 @@ class CallDef(Body):
 def _returned_names(function: Function | None, count: int) -> list[str | None]:
     """The names a callee returns a tuple of (`return cos, sin`), one per item, None where an
     item is no plain name; all None for a callee that returns one value."""
-    returns = function.returns if function is not None and count > 1 else None
+    if function is None or count <= 1:
+        return [None] * count
+    returns = function.returns
     if returns is not None and (function.state_out or function.out_slots):
         returns = returns.elts[0] if isinstance(returns, ast.Tuple) else None  # then its state, extras
     if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:

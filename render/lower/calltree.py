@@ -106,7 +106,7 @@ class CallTree:
         finals = self.ctx.roles.state_final
         node.state_out = [path for path, var in finals.items() if var in defined and under(path, node.anchor)]
 
-    def classify(self, node: Node, v: Any) -> tuple:
+    def classify(self, node: Node, v: Any) -> tuple[Any, ...]:
         """How `node`'s def gets input `v`: an argument, its params/state subtree, or an extra."""
         if node.parent is None:
             item = self.ctx.roles.input_of.get(v)
@@ -117,9 +117,11 @@ class CallTree:
                 if self.ctx.flow.resolve(var) is v:
                     return ("arg", index)
         item = self.ctx.roles.input_of.get(v)
-        if item is not None and item.kind in ("param", "buffer") and under(item.name, node.anchor):
+        anchor = node.anchor
+        stored = item is not None and item.kind in ("param", "buffer")
+        if item is not None and stored and anchor is not None and under(item.name, anchor):
             kind = "state" if v in self.ctx.roles.state_in else "param"
-            return (kind, relative(item.name, node.anchor))
+            return (kind, relative(item.name, anchor))
         if v in self.ctx.flow.consts:
             return ("const",)
         return ("extra",)
@@ -164,10 +166,10 @@ class CallTree:
     def signature(self, node: Node, exclude: frozenset[int] = frozenset()) -> str:
         """Everything that decides how `node` renders, with values referred to by role (and
         callees by the id of their signature)."""
-        refs: dict[Any, tuple] = {}
+        refs: dict[Any, tuple[Any, ...]] = {}
         extras = 0
 
-        def ref(v: Any) -> tuple:
+        def ref(v: Any) -> tuple[Any, ...]:
             nonlocal extras
             if isinstance(v, Literal):
                 return ("literal", repr(v.val), str(v.aval))
@@ -224,7 +226,7 @@ class CallTree:
         the slice inside the call), so each call slices differently; the slice belongs to
         the caller, and the calls then share one def.
         """
-        by_code: dict[tuple, list[Node]] = {}
+        by_code: dict[tuple[Any, ...], list[Node]] = {}
         for node in root.walk():
             if node.parent is not None:
                 by_code.setdefault(node.code, []).append(node)

@@ -37,14 +37,14 @@ class Fields:
     def node(owner: Any, path: str) -> ast.Attribute:
         """`config.<field>` for `self.<path>`, a field only once the number is chosen (`register`)."""
         node = ast.Attribute(named("config"), path, ast.Load())
-        node.jaxside_config = path  # type: ignore[attr-defined]
+        node.jaxside_config = path  # type: ignore[attr-defined]  # a mark on the node, read by `register`
         return node
 
     def register(self, owner: Any, expr: ast.expr) -> None:
         for node in ast.walk(expr):
             path = getattr(node, "jaxside_config", None)
-            if path is not None:
-                self._field(owner, path, node)  # type: ignore[arg-type]
+            if path is not None and isinstance(node, ast.Attribute):  # made by `node` above
+                self._field(owner, path, node)
 
     def _field(self, owner: Any, path: str, node: ast.Attribute) -> None:
         value = owner.attributes[path]
@@ -95,14 +95,13 @@ def thread_config(program: Program) -> None:
                 changed = True
     for function in program.functions:
         if function.name in needs and names[function.name] is None:
-            names[function.name] = function.scope.fresh("config", "argument")
-            function.keywords.append(Keyword(names[function.name], {}))
+            fresh = names[function.name] = function.scope.fresh("config", "argument")
+            function.keywords.append(Keyword(fresh, {}))
     for function in program.functions:
         mine = names[function.name]
         if mine is None:
             continue
-        for call in _calls(function):
-            callee = call.func.id  # type: ignore[attr-defined]
+        for call, callee in _calls(function):
             if callee in needs and not any(k.arg == names[callee] for k in call.keywords):
                 call.keywords.append(ast.keyword(names[callee], named(mine)))
     entry = program.entry
@@ -116,15 +115,15 @@ def _config_name(function: Function) -> str | None:
 
 
 def _callees(function: Function) -> set[str]:
-    return {call.func.id for call in _calls(function)}  # type: ignore[attr-defined]
+    return {callee for _, callee in _calls(function)}
 
 
-def _calls(function: Function) -> list[ast.Call]:
-    """The calls of defs in `function`'s statements and its returned value."""
+def _calls(function: Function) -> list[tuple[ast.Call, str]]:
+    """The calls of defs in `function`'s statements and its returned value, with the name called."""
     trees: list[ast.AST] = [s.node() for s in function.body]
     trees += [function.returns] if function.returns is not None else []
     nodes = [n for tree in trees for n in ast.walk(tree)]
-    return [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    return [(n, n.func.id) for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
 
 
 def accessor(f: ConfigField) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
@@ -194,13 +194,15 @@ def array_literal(array: np.ndarray) -> ast.expr:
         value = ast.parse(repr(flat[0].item()), mode="eval").body
         return ast.Call(
             ast.Attribute(named("np"), "full", ast.Load()),
-            [ast.Constant(array.shape), value],
+            [ast.Constant(cast(Any, array.shape)), value],  # a tuple of ints: `ast.unparse` writes it
             [ast.keyword("dtype", dtype)],
         )
     if array.ndim == 1 and array.size > 1 and np.issubdtype(array.dtype, np.integer):
         step = int(array[1] - array[0])
         if step and (np.diff(array) == step).all():
-            args = [ast.Constant(int(array[0])), ast.Constant(int(array[-1]) + step), ast.Constant(step)]
+            args: list[ast.expr] = [
+                ast.Constant(int(array[0])), ast.Constant(int(array[-1]) + step), ast.Constant(step)
+            ]
             return ast.Call(
                 ast.Attribute(named("np"), "arange", ast.Load()), args, [ast.keyword("dtype", dtype)]
             )

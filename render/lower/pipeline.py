@@ -89,7 +89,8 @@ def _lower(trace: Trace) -> Program:
     for function in functions:
         reroll(ctx, function, defs)
         function.doc = _docstring(function)
-    entry = root.group.function
+    entry = root.group.function if root.group is not None else None
+    assert entry is not None  # the root's group is written first
     arg_names = entry.params[int(entry.uses_params) + int(entry.uses_state) :]
     return Program(
         trace=trace,

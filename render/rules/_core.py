@@ -124,6 +124,12 @@ class Candidate(NamedTuple):
     default the one result of the equation the run ends in."""
 
 
+Proposal = Candidate | tuple[str, list[Any]]
+"""What a pattern proposes: a `Candidate`, or `(code, operands)` for a plain one."""
+Pair = tuple[str, list[Any]]
+"""A plain proposal: `(code, operands)`."""
+
+
 def registrar(table: dict[str, Rule]) -> Callable[..., Callable[[Rule], Rule]]:
     """`@rule("neg")` for a family's `table`: one rule per primitive, a second one is an error."""
 
@@ -243,11 +249,12 @@ def loose(eqn: Any, args: list[ast.expr], i: int) -> ast.expr:
     """Operand `i` for a `jnp` operator: a literal may drop its dtype wrapper when the other
     operand, a traced non-weak array of the same dtype, decides the result type anyway."""
     var = eqn.invars[i]
-    if not isinstance(var, Literal) or var.aval.weak_type:
+    if not isinstance(var, Literal) or aval_of(var).weak_type:
         return args[i]
     others = [v for j, v in enumerate(eqn.invars) if j != i]
     if any(
-        not isinstance(v, Literal) and not v.aval.weak_type and v.aval.dtype == var.aval.dtype for v in others
+        not isinstance(v, Literal) and not v.aval.weak_type and v.aval.dtype == aval_of(var).dtype
+        for v in others
     ):
         value = args[i]
         if isinstance(value, ast.Call) and len(value.args) == 1:
@@ -281,8 +288,15 @@ def is_traced(var: Any) -> bool:
     return not isinstance(var, Literal)
 
 
-def dtype_of(var: Any) -> np.dtype:
-    return np.dtype(var.aval.dtype)
+def dtype_of(var: Any) -> np.dtype[Any]:
+    dtype: np.dtype[Any] = np.dtype(var.aval.dtype)
+    return dtype
+
+
+def aval_of(var: Any) -> Any:
+    """A value's abstract value (`ShapedArray`: shape, dtype, weak_type), which jax types as its
+    base class (a `Literal`'s too)."""
+    return var.aval
 
 
 def is_float(var: Any) -> bool:
@@ -321,7 +335,7 @@ def kw(name: str, value: Any, emitter: Emitter | None = None) -> ast.keyword:
 
 def literal(value: Any, emitter: Emitter | None = None) -> ast.expr:
     """Source for a parameter value: Python scalars and containers, dtypes, enums, lax records."""
-    if isinstance(value, ast.AST):
+    if isinstance(value, ast.expr):
         return value
     if value is None or isinstance(value, (bool, str)):
         return ast.Constant(value)
@@ -371,11 +385,16 @@ def number_literal(value: Any) -> ast.expr:
     return ast.Constant(value)
 
 
-@functools.cache
+_CLASS_PATHS: dict[type, str] = {}
+
+
 def class_path(cls: type) -> str:
     """Where a jax class is reachable, publicly if it is (`jax.lax.GatherScatterMode`)."""
-    for home in ("jax.lax", "jax.lax.linalg", "jax"):
-        if getattr(importlib.import_module(home), cls.__name__, None) is cls:
-            return f"{home}.{cls.__name__}"
-    return f"{cls.__module__}.{cls.__qualname__}"
+    found = _CLASS_PATHS.get(cls)
+    if found is None:
+        homes = ("jax.lax", "jax.lax.linalg", "jax")
+        home = next((h for h in homes if getattr(importlib.import_module(h), cls.__name__, None) is cls), "")
+        found = f"{home}.{cls.__name__}" if home else f"{cls.__module__}.{cls.__qualname__}"
+        _CLASS_PATHS[cls] = found
+    return found
 

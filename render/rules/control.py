@@ -21,6 +21,7 @@ from jax.extend.core import ClosedJaxpr, Literal
 from jaxside.render.rules._core import (
     Rule,
     atom_expr,
+    aval_of,
     call,
     dotted,
     exact,
@@ -111,7 +112,7 @@ def _fori(eqn: Any) -> tuple[int, int] | None:
     start = eqn.invars[n_consts]
     if not isinstance(start, Literal) or np.ndim(start.val):
         return None
-    if not np.issubdtype(start.aval.dtype, np.integer):
+    if not np.issubdtype(aval_of(start).dtype, np.integer):
         return None
     counter = body.invars[n_consts]
     for index, inner in enumerate(body.eqns):
@@ -237,6 +238,7 @@ def _cond(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     fns = [emitter.nested(branch, f"branch_{i}", signature) for i, branch in enumerate(branches)]
     if pred is not None:
         return call("lax.cond", [pred, fns[1], fns[0], *operands])
+    assert clamped is not None  # (returned above without either)
     return call("lax.switch", [clamped, ast.List(fns, ast.Load()), *operands])
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Graph, is_traced
+from jaxside.render.rules._core import Graph, Pair, is_traced
 
 
-def dynamic_slice(eqn: Any, graph: Graph) -> list[tuple[str, list[Any]]]:
+def dynamic_slice(eqn: Any, graph: Graph) -> list[Pair]:
     """`lax.dynamic_slice_in_dim(x, i, 64, axis=1)`, `lax.dynamic_update_slice_in_dim(x, u, i, axis=1)`
     (`lax.dynamic_slice(x, (i, j), sizes)` where several starts move): the wraps of negative starts
     jax stages, and the slice."""

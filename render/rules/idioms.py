@@ -29,13 +29,13 @@ fused program the same way as single equations.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from jax.extend.core import Literal, Primitive
 
-from jaxside.render.rules._core import Candidate, Graph, Rule, is_traced, registrar, rewritten
+from jaxside.render.rules._core import Candidate, Graph, Pair, Proposal, Rule, is_traced, registrar, rewritten
 from jaxside.render.rules.dynamic import dynamic_slice
 from jaxside.render.rules.einsum import einsum
 from jaxside.render.rules.emitter import Emitter
@@ -116,7 +116,7 @@ def _subscript(ndim: int, axes: tuple[int, ...], indices: list[str]) -> str:
     return ", ".join(items)
 
 
-def _gather(eqn: Any, graph: Graph) -> list[Candidate]:
+def _gather(eqn: Any, graph: Graph) -> list[Pair]:
     """`x[i]`, `x[:, :, i]`, `x[i, j]`: the index wrap (`i + n` where `i < 0`), the broadcasts and
     the `gather` (mode `PROMISE_IN_BOUNDS`) jnp stages for integer-array indexing."""
     x, indices = eqn.invars
@@ -125,7 +125,7 @@ def _gather(eqn: Any, graph: Graph) -> list[Candidate]:
     axes = tuple(eqn.params["dimension_numbers"].start_index_map)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
-    candidates = []
+    candidates: list[Pair] = []
     for leaves in _index_leaves(indices, graph):
         if len(leaves) == len(axes):
             for items, operands in _written_indices(leaves, graph):
@@ -171,7 +171,7 @@ _AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "sc
 _UPDATE_PREP = frozenset({"broadcast_in_dim", "reshape", "convert_element_type"})
 
 
-def _scatter(eqn: Any, graph: Graph) -> list[Candidate]:
+def _scatter(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
     broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
     x, indices, updates = eqn.invars
@@ -181,7 +181,7 @@ def _scatter(eqn: Any, graph: Graph) -> list[Candidate]:
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
     method = _AT_METHODS[eqn.primitive.name]
-    candidates = []
+    candidates: list[Proposal] = []
     for leaves in _index_leaves(indices, graph):
         for items, operands in _written_indices(leaves, graph) if len(leaves) == len(axes) else ():
             index = _subscript(x.aval.ndim, axes, items)
@@ -203,7 +203,7 @@ def _update_values(updates: Any, graph: Graph) -> Iterator[Any]:
         seen = eqn.invars[0]
 
 
-def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
+def _squeeze(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x[:, :, 0]` (`x[..., 0]` for the last axis) for the slice and squeeze jnp stages for an
     integer index.  And `r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's split into parts of
     one, each squeezed (the rewrite `unstack_parts`)."""
@@ -225,13 +225,13 @@ def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
     items[dims[0]] = str(starts[dims[0]])
     while items[-1] == ":":
         items.pop()
-    candidates = [(f"_0[{', '.join(items)}]", [x])]
+    candidates: list[Proposal] = [(f"_0[{', '.join(items)}]", [x])]
     if len(items) > 2 and all(item == ":" for item in items[:-1]):
         candidates.insert(0, (f"_0[..., {items[-1]}]", [x]))
     return candidates
 
 
-def _unstack(eqn: Any, split: Any, graph: Graph) -> list[Candidate]:
+def _unstack(eqn: Any, split: Any, graph: Graph) -> list[Proposal]:
     axis, n = split.params["axis"], len(split.params["sizes"])
     if set(split.params["sizes"]) != {1} or n < 2 or tuple(eqn.params["dimensions"]) != (axis,):
         return []
@@ -251,11 +251,11 @@ def _axis(axes: tuple[int, ...]) -> str:
     return str(axes[0]) if len(axes) == 1 else str(tuple(axes))
 
 
-def _div(eqn: Any, graph: Graph) -> list[Candidate]:
+def _div(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division (and
     `x / y` with rank promotion, as for the other operators)."""
     numerator, denominator = eqn.invars
-    candidates = []
+    candidates: list[Proposal] = []
     top = graph.producer(numerator) if is_traced(numerator) else None
     if top is not None and top.primitive.name == "broadcast_in_dim" and is_traced(top.invars[0]):
         top = graph.producer(top.invars[0])
@@ -275,7 +275,7 @@ def _div(eqn: Any, graph: Graph) -> list[Candidate]:
     return candidates + _promoted(eqn, graph)
 
 
-def _broadcast(eqn: Any, graph: Graph) -> list[Candidate]:
+def _broadcast(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x[None, None, i]`: jnp gathers, then puts the new axes in front.  And `x[:, None, :, 0]`:
     the slice and squeeze of an integer index, then the new axes."""
     (value,) = eqn.invars
@@ -289,12 +289,14 @@ def _broadcast(eqn: Any, graph: Graph) -> list[Candidate]:
     return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, graph)]
 
 
-def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Candidate]:
+def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Proposal]:
     """`x[:, None, :, 0]` for `x[:, :, 0]` broadcast to new axes of size one."""
-    found = [(code, operands) for code, operands in _squeeze(squeeze, graph) if "..." not in code]
+    # Only an index (`x[:, :, 0]`), not `jnp.unstack`'s parts (a rewrite with several results).
+    proposed = [Candidate(*p) for p in _squeeze(squeeze, graph)]
+    found = [c for c in proposed if c.writes is None and c.outputs is None and "..." not in c.code]
     if not found:
         return []
-    code, operands = found[0]
+    code, operands = found[0].code, found[0].operands
     items = code[len("_0[") : -1].split(", ")
     items += [":"] * (operands[0].aval.ndim - len(items))
     kept = set(eqn.params["broadcast_dimensions"])
@@ -312,7 +314,7 @@ def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Candidate]:
     return [(f"_0[{', '.join(woven)}]", operands)]
 
 
-def _reshape(eqn: Any, graph: Graph) -> list[Candidate]:
+def _reshape(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`; torch's
     `k[:, :, None].expand(b, kv, r, s, d).reshape(b, kv * r, s, d)` (HF's `repeat_kv`) broadcasts
     twice, to the new axis and along it (the rewrite `repeat_broadcasts`).  And `a @ b` for the
@@ -355,9 +357,10 @@ def _repeat(
     return (r, axis) if dims == tuple(d for d in range(len(wide)) if d != new[0]) else None
 
 
-def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Candidate]:
-    flat = [graph.producer(v) if is_traced(v) else None for v in dot.invars]
-    if any(e is None or e.primitive.name != "reshape" or not is_traced(e.invars[0]) for e in flat):
+def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Proposal]:
+    made = [graph.producer(v) if is_traced(v) else None for v in dot.invars]
+    flat = [e for e in made if e is not None and e.primitive.name == "reshape" and is_traced(e.invars[0])]
+    if len(flat) < len(made):
         return []
     a, b = (e.invars[0] for e in flat)
     sa, sb, out = tuple(a.aval.shape), tuple(b.aval.shape), tuple(eqn.outvars[0].aval.shape)
@@ -374,7 +377,7 @@ _BINARY = {"add": "_0 + _1", "sub": "_0 - _1", "mul": "_0 * _1", "div": "_0 / _1
            "min": "jnp.minimum(_0, _1)"}
 
 
-def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
+def _promoted(eqn: Any, graph: Graph) -> list[Proposal]:
     """'x * w' for a binary operator (or 'jnp.maximum', 'jnp.minimum') whose operand of lower rank
     jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages.
     And 'x - v[:, None, None]' for an operand reshaped from '(16,)' to '(1, 16, 1, 1)' beside one
@@ -383,7 +386,8 @@ def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
     for v in eqn.invars:
         made = graph.producer(v) if is_traced(v) else None
         broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
-        sources.append(made.invars[0] if broadcast and is_traced(made.invars[0]) else None)
+        inner = made.invars[0] if made is not None else None
+        sources.append(inner if broadcast and is_traced(inner) else None)
     code = _BINARY[eqn.primitive.name]
     tries = [[s if s is not None else v for s, v in zip(sources, eqn.invars)]] if all(sources) else []
     for i, source in enumerate(sources):
@@ -392,16 +396,16 @@ def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
     return _unit_axes(eqn, graph) + [(code, operands) for operands in tries]
 
 
-def _and(eqn: Any, graph: Graph) -> list[Candidate]:
+def _and(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.tril(x, k)` for torch's decomposition of a boolean `x.tril(k)` (`render.rules.masks`),
     else as the other operators."""
     return triangle(eqn, graph) + _promoted(eqn, graph)
 
 
-def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
+def _unit_axes(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x - v[:, None, None]` for an operand reshaped from `(16,)` to `(1, 16, 1, 1)` beside one of
     full rank: jnp's rank promotion adds the leading axes (the rewrite `unit_axes`)."""
-    candidates = []
+    candidates: list[Proposal] = []
     rank = eqn.outvars[0].aval.ndim
     for k, v in enumerate(eqn.invars):
         partner = eqn.invars[1 - k]
@@ -429,7 +433,7 @@ def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
     return candidates
 
 
-def _split(eqn: Any, graph: Graph) -> list[Candidate]:
+def _split(eqn: Any, graph: Graph) -> list[Proposal]:
     """`q, k, v = jnp.split(x, [64, 96], axis=2)` (`jnp.split(x, 3, axis=2)` for equal parts): the
     slices torchax stages for `torch.split` and `torch.chunk`, contiguous along one axis, each
     whole along the others, together the whole axis (the rewrite `split_slices`)."""
@@ -466,7 +470,7 @@ def _sliced_axis(eqn: Any) -> int | None:
     return partial[0] if len(partial) == 1 else None
 
 
-PATTERNS: dict[str, Callable[[Any, Graph], list[Candidate]]] = {
+PATTERNS: dict[str, Callable[[Any, Graph], Sequence[Proposal]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
     "reshape": _reshape,

@@ -14,14 +14,14 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Candidate, Graph, is_traced
+from jaxside.render.rules._core import Candidate, Graph, Proposal, aval_of, is_traced
 
 _SIDES = {"le": "tril", "ge": "triu"}
 _BOUND = 2**30
 """`|k|`, `L` and `S` below this: neither `j - i` nor jnp's `i + k` overflows int32."""
 
 
-def triangle(eqn: Any, graph: Graph) -> list[Candidate]:
+def triangle(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.tril(x, k)` (`jnp.triu`) for the mask torch decomposes `x.tril(k)` into, kept by a
     `jnp.where(mask, x, 0)` or, for booleans, `mask & x` (the rewrite `triangular_mask`)."""
     name = eqn.primitive.name
@@ -73,7 +73,9 @@ def _mask_of(value: Any, graph: Graph) -> tuple[Any, int] | None:
         return None
     difference, k = made.invars
     sub = graph.producer(difference) if is_traced(difference) else None
-    if sub is None or sub.primitive.name != "sub" or not isinstance(k, Literal) or k.aval.dtype.kind != "i":
+    if sub is None or sub.primitive.name != "sub" or not isinstance(k, Literal):
+        return None
+    if aval_of(k).dtype.kind != "i":
         return None
     return made, int(k.val)
 

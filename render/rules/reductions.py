@@ -112,8 +112,8 @@ def _reduce_window(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr
     body = emitter.function(ClosedJaxpr(p["jaxpr"], p["consts"]), "window_reducer")
     if n == 1:
         return call("lax.reduce_window", [args[0], args[1], body], _window_args(p))
-    left = [ast.Subscript(ast.Name("a", ast.Load()), ast.Constant(i), ast.Load()) for i in range(n)]
-    right = [ast.Subscript(ast.Name("b", ast.Load()), ast.Constant(i), ast.Load()) for i in range(n)]
+    left: list[ast.expr] = [ast.Subscript(dotted("a"), ast.Constant(i), ast.Load()) for i in range(n)]
+    right: list[ast.expr] = [ast.Subscript(dotted("b"), ast.Constant(i), ast.Load()) for i in range(n)]
     reducer = ast.Lambda(lambda_args(["a", "b"]), call(body, left + right))
     operands_, inits = ast.Tuple(list(args[:n]), ast.Load()), ast.Tuple(list(args[n:]), ast.Load())
     return call("lax.reduce_window", [operands_, inits, reducer], _window_args(p))

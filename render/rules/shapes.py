@@ -11,6 +11,7 @@ from jax.extend.core import Literal
 
 from jaxside.render.rules._core import (
     Rule,
+    aval_of,
     call,
     dtype_expr,
     exact,
@@ -38,7 +39,7 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
     if params.get("sharding") is not None or len(eqn.invars) != 1:
         return exact(eqn, args, emitter)
     in_shape = tuple(x.aval.shape)
-    if isinstance(x, Literal) and not x.aval.weak_type and not dims:
+    if isinstance(x, Literal) and not aval_of(x).weak_type and not dims:
         return _full(shape, x)
     if is_traced(x) and in_shape == shape and dims == tuple(range(len(shape))):
         return args[0]  # jax binds nothing for an identity broadcast
@@ -199,7 +200,9 @@ def _slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     return call("lax.slice", [args[0], literal(start), literal(limit)], keywords)
 
 
-def _slice_is_basic(shape: tuple[int, ...], start: tuple, limit: tuple, steps: tuple) -> bool:
+def _slice_is_basic(
+    shape: tuple[int, ...], start: tuple[Any, ...], limit: tuple[Any, ...], steps: tuple[Any, ...]
+) -> bool:
     """Whether `x[a:b:s, ...]` binds exactly this `slice`: jnp normalises the limit to the last
     element taken plus one, and binds nothing for a slice that takes everything."""
     for n, a, b, s in zip(shape, start, limit, steps):
@@ -211,7 +214,9 @@ def _slice_is_basic(shape: tuple[int, ...], start: tuple, limit: tuple, steps: t
     return any(a != 0 or b != n or s != 1 for n, a, b, s in zip(shape, start, limit, steps))
 
 
-def _slice_index(shape: Sequence[int], start: tuple, limit: tuple, steps: tuple) -> ast.expr:
+def _slice_index(
+    shape: Sequence[int], start: tuple[Any, ...], limit: tuple[Any, ...], steps: tuple[Any, ...]
+) -> ast.expr:
     items: list[ast.expr] = []
     for n, a, b, s in zip(shape, start, limit, steps):
         items.append(ast.Slice(

@@ -25,7 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from jaxside.render.ir import Define, Dim, Function, Loop, Program, Sizes, Statement, named
 from jaxside.render.lower.context import LoweringError
@@ -360,7 +360,7 @@ def _leading_shapes(function: Function) -> None:
         while leading < len(node.elts) - 1 and _shape_at(node.elts[leading], leading, node.elts[0]):
             leading += 1
         if leading >= 2:
-            shape = node.elts[0].value  # type: ignore[attr-defined]
+            shape = cast(ast.Subscript, node.elts[0]).value  # `x.shape` of `x.shape[0]` (`_shape_at`)
             prefix = ast.Subscript(shape, ast.Slice(None, ast.Constant(leading)), ast.Load())
             node.elts[:leading] = [ast.Starred(prefix, ast.Load())]
 
@@ -451,7 +451,8 @@ def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
         nodes: list[ast.stmt] = []
         for statement in body:
             node = statement.node()
-            redirect[id(node.body[0] if statement.when is not None else node)] = (statement, "value")
+            held = cast(ast.If, node).body[0] if statement.when is not None else node  # `if when: ...`
+            redirect[id(held)] = (statement, "value")
             if isinstance(statement, Loop) and isinstance(node, ast.For):
                 node.body = statements(statement.body, owner)
             elif isinstance(statement, Define) and statement.function is not None:

@@ -64,7 +64,9 @@ def _mergeable(kinds: list[list[Group]]) -> list[list[list[Group]]]:
     sets: list[list[list[Group]]] = []
     for kind in kinds:
         for together in sets:
-            scope = together[0][0].function.scope  # type: ignore[union-attr]
+            lead = together[0][0].function
+            assert lead is not None  # a group in a kind has its def written
+            scope = lead.scope
             names, bases = dict(scope.names), dict(scope.bases)
             trial = [[g.function for g in k if g.function is not None] for k in [*together, kind]]
             fits = merge_kinds(trial) is not None
@@ -92,10 +94,10 @@ def _merge_shapes(kind: list[Group]) -> None:
     """Merge the variants of one kind: defs whose bodies differ only in numbers."""
     functions = [g.function for g in kind if g.function is not None]
     first = functions[0]
-    rows = [[(f, f.body[i].node()) for f in functions] for i in range(len(first.body))]
+    nodes = [[(f, f.body[i].node()) for f in functions] for i in range(len(first.body))]
     if first.returns is not None:
-        rows.append([(f, ast.Return(f.returns)) for f in functions])
-    rows = [[(f, node, node) for f, node in row] for row in rows]
+        nodes.append([(f, ast.Return(f.returns)) for f in functions])
+    rows = [[(f, node, node) for f, node in row] for row in nodes]
     if _fit_numbers(first, rows, functions):
         _share(kind, first, functions)
 
@@ -132,7 +134,9 @@ def _flags(first: Function, merged: Merged, functions: list[list[Function]]) -> 
             for node in ast.walk(statement.when) if statement.when is not None else ():
                 if isinstance(node, ast.Name) and node.id == name:
                     node.id = fresh
-        values = {id(c): ast.Constant(v) for kind, v in zip(functions, vector) for f in kind for c in f.calls}
+        values: dict[int, ast.expr] = {
+            id(c): ast.Constant(v) for kind, v in zip(functions, vector) for f in kind for c in f.calls
+        }
         set_by = sum(len(f.calls) for kind, v in zip(functions, vector) if v for f in kind)
         default = ast.Constant(set_by > sum(len(f.calls) for kind in functions for f in kind) - set_by)
         keywords.append(Keyword(fresh, values, default))
@@ -208,9 +212,10 @@ def _share(groups: list[Group], first: Function, functions: list[Function]) -> N
 
 def _call_of(node: ast.AST, parents: dict[int, ast.AST]) -> str:
     """The source of the call a number is an argument of (`jnp.reshape(params["bias"], (1, 8))`)."""
-    while node is not None and not isinstance(node, (ast.Call, ast.stmt)):
-        node = parents.get(id(node))  # type: ignore[assignment]
-    return ast.unparse(node) if isinstance(node, ast.Call) else ""
+    current: ast.AST | None = node
+    while current is not None and not isinstance(current, (ast.Call, ast.stmt)):
+        current = parents.get(id(current))
+    return ast.unparse(current) if isinstance(current, ast.Call) else ""
 
 
 def _param_size(values: list[int], functions: list[Function], near: str) -> ast.expr | None:
