@@ -386,7 +386,7 @@ def _promoted(eqn: Any, graph: Graph) -> list[Proposal]:
     for v in eqn.invars:
         made = graph.producer(v) if is_traced(v) else None
         broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
-        inner = made.invars[0] if made is not None else None
+        inner = made.invars[0] if made is not None and broadcast else None
         sources.append(inner if broadcast and is_traced(inner) else None)
     code = _BINARY[eqn.primitive.name]
     tries = [[s if s is not None else v for s, v in zip(sources, eqn.invars)]] if all(sources) else []
