@@ -87,7 +87,7 @@ def _review(options: argparse.Namespace, status: Status) -> int:
         status.phase(f"tracing {Path(options.file).name}")
         torch_trace, torch_args, state, data = _torch_side(options)
         status.phase(f"tracing the port {Path(options.port).name}")
-        port_trace, port_args, mapping = _port_side(options, state, data)
+        port_trace, port_args, mapping = _port_side(options, state, data, torch_trace.entry)
         status.phase("running both sides")
         torch = side(torch_trace, torch_args)
         port = side(port_trace, port_args)
@@ -148,16 +148,22 @@ def _torch_side(options: argparse.Namespace) -> tuple[Any, list[Any], dict[str, 
     return trace, values, state, data
 
 
-def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple) -> tuple[Any, list, Any]:
-    """The port's trace, its input values, and how its weights were mapped."""
+def _port_side(options: argparse.Namespace, state: dict[str, Any], data: tuple,
+               torch_entry: str) -> tuple[Any, list, Any]:
+    """The port's trace, its input values, and how its weights were mapped. Unless `--port-entry`
+    names it, the port's entry is its `forward`, its `build`, or what has the torch entry's name (an
+    export of a torch function keeps the function's name)."""
     from jaxside.annotate.errors import UserCodeRaised
     from jaxside.annotate.review.frameworks import module_port
 
     module = _load_port(options.port)
-    name = options.port_entry or ("forward" if hasattr(module, "forward") else "build")
+    named = torch_entry.rpartition(".")[2]
+    defaults = ("forward", "build", named)
+    name = options.port_entry or next((n for n in defaults if hasattr(module, n)), "forward")
     entry = getattr(module, name, None)
     if entry is None or not callable(entry) and not isinstance(entry, tuple):
-        what = f"no {name}" if options.port_entry else "no forward (a function) or build (returning a module)"
+        what = (f"no {name}" if options.port_entry
+                else f"no forward (a function), build (returning a module) or {named}")
         raise Failure(f"defines {what}", "name the port's function, module or factory with --port-entry",
                       file=options.port)
     built = entry
@@ -270,7 +276,8 @@ def _function_side(options: argparse.Namespace, fn: Any, name: str, state: dict[
     import jax
 
     from jaxside.annotate.errors import UserCodeRaised
-    from jaxside.annotate.review.mapping import assign, discover
+    from jaxside.annotate.review.mapping import assign
+    from jaxside.annotate.review.probing import discover
     from jaxside.tracing import Capture
 
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
