@@ -53,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_command(build_parser(), argv, _check, lambda options, context: _run(options))
+    return run_command(build_parser(), argv, _parsed, _check, lambda options, context: _run(options))
+
+
+def _parsed(options: argparse.Namespace) -> argparse.Namespace:
+    return options
 
 
 def _check(options: argparse.Namespace) -> None:
@@ -62,15 +66,15 @@ def _check(options: argparse.Namespace) -> None:
     for path in (options.file, options.port, options.params_map):
         if path is not None:
             check_source(path)
-    for name in ("rtol", "atol"):
-        if not getattr(options, name) >= 0:
+    for name, value in (("rtol", options.rtol), ("atol", options.atol)):
+        if not value >= 0:
             raise Failure(f"--{name} must be a number >= 0", f"e.g. --{name} 1e-5")
     if options.html and options.html != "-":
         check_target(options.html, options, "--html")
 
 
 def _run(options: argparse.Namespace) -> int:
-    status = options.status = Status(verbosity=options.verbosity)
+    status = Status(verbosity=options.verbosity)
     try:
         # Whatever else goes to stderr meanwhile (warnings, the user's prints) clears the live line first.
         with contextlib.redirect_stderr(status.writer()):
@@ -105,7 +109,8 @@ def _review(options: argparse.Namespace, status: Status) -> int:
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(text(options, torch, port, alignment, mapping, leaves))
     if options.html:
-        write(html_page(options, torch, port, alignment), options.html, options, "--html", form="html")
+        write(html_page(options, torch, port, alignment), options.html, options, "--html", status.say,
+              form="html")
     return EXIT_OK if outputs_close else EXIT_MISMATCH
 
 
