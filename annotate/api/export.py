@@ -114,12 +114,17 @@ class Export:
         """Write the module to `path` as ``annotate --export -o PATH`` does: sealed, only when it
         changed, never over a file the trace ran, and over a file annotate did not write only with
         `force`. Whether the file changed."""
+        from jaxside.annotate.errors import Failure
         from jaxside.annotate.output import write
 
         force = self.options.force if force is None else force
         guard = dataclasses.replace(self.options, force=force)
-        refuse_sources(path, self.program.trace, "write")
-        return write(self.source, str(path), guard, "write", _quiet)
+        try:
+            refuse_sources(path, self.program.trace, "path")
+            return write(self.source, str(path), guard, "path", _quiet)
+        except Failure as failure:  # said as for the command line: the flag is this keyword here
+            failure.fix = failure.fix.replace("pass --force", "pass force=True")
+            raise
 
     # -- display -------------------------------------------------------------------------------------
 
