@@ -90,8 +90,8 @@ class CallDef(Body):
         function.params = (
             (["params"] if self.uses_params else []) + (["state"] if self.uses_state else []) + params
         )
-        function.uses_params, function.uses_state = self.uses_params, self.uses_state
-        function.state_out = (
+        function.calling.uses_params, function.calling.uses_state = self.uses_params, self.uses_state
+        function.calling.state_out = (
             [relative(p, node.anchor) for p in node.state_out] if node.anchor is not None else []
         )
         function.anchor = node.anchor
@@ -193,8 +193,8 @@ class CallDef(Body):
                 ((base, kind, index),) = members
                 name = self.scope.fresh(base, "argument" if base else "fallback")
                 names.append(name)
-                function.packing.append(None)
-                function.operands.append((kind, index))
+                function.calling.packing.append(None)
+                function.calling.operands.append((kind, index))
                 v = ctx.flow.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
                 self.env[v] = named(name)
                 continue
@@ -202,10 +202,10 @@ class CallDef(Body):
             names.append(name)
             pack = []
             for base, kind, index in members:
-                pack.append((base[len(key) :], len(function.operands)))
-                function.operands.append((kind, index))
+                pack.append((base[len(key) :], len(function.calling.operands)))
+                function.calling.operands.append((kind, index))
                 self.env[ctx.flow.resolve(node.call.args[index][1])] = path_expr(name, base[len(key) :])
-            function.packing.append(pack)
+            function.calling.packing.append(pack)
         return names
 
     def _inlinable(self, v: Any, site: Site | None, value: ast.expr, call_site: bool = False) -> bool:
@@ -299,8 +299,8 @@ class CallDef(Body):
         function = child.group.function if child.group else None
         if function is not None and v in child.inputs:
             operand = ("extra", child.inputs.index(v))
-            if operand in function.operands:
-                position = function.operands.index(operand)
+            if operand in function.calling.operands:
+                position = function.calling.operands.index(operand)
                 for name, at in plain_params(function):
                     if at == position:
                         return self.scope.fresh(name, "argument")
@@ -318,21 +318,21 @@ class CallDef(Body):
             if child.anchor is not None and node.anchor is not None
             else ""
         )
-        if function.uses_params:
+        if function.calling.uses_params:
             self.uses_params = True
             args.append(ctx.roles.param_tree.subscript(named("params"), below, node.anchor or ""))
-        if function.uses_state:
+        if function.calling.uses_state:
             self.uses_state = True
             args.append(ctx.roles.state_tree.subscript(named("state"), below, node.anchor or ""))
         args += call_args(function, [self.expr(v) for v in self._call_operands(child, function)])
         keywords = [k for k in (keyword.at(child.call) for keyword in function.keywords) if k is not None]
         value: ast.expr = ast.Call(named(function.name), args, keywords)
         returned = self.tree.returned(child)
-        extras = [child.outputs[i] for i in function.out_slots]
+        extras = [child.outputs[i] for i in function.calling.out_slots]
         if (
             len(returned) == 1
             and returned[0][0] == ""
-            and not function.state_out
+            and not function.calling.state_out
             and not extras
             and returned[0][1] not in self.env
             and self._inlinable(returned[0][1], self.site, value, True)
@@ -347,7 +347,7 @@ class CallDef(Body):
         flat: list[str] = []
         if returned:
             targets.append(self._returned_target(child, returned, flat))
-        if function.state_out:
+        if function.calling.state_out:
             state_name = self.scope.fresh(_state_base(child, node), "parameter")
             flat.append(state_name)
             targets.append(named(state_name, ast.Store()))
@@ -402,7 +402,7 @@ class CallDef(Body):
             parts.append(spec_expr(ctx.trace.out_tree, leaves, ctx.trace.static_outputs))
         else:
             returned = self.tree.returned(node)
-            function.ret_paths = [p for p, _ in returned]
+            function.calling.ret_paths = [p for p, _ in returned]
             if returned:
                 parts.append(paths_expr([(p, self.expr(v)) for p, v in returned]))
             elif not node.state_out and not self._extra_outputs(node):
@@ -410,7 +410,7 @@ class CallDef(Body):
         if node.state_out:
             parts.append(self._state_dict(node))
         extras = self._extra_outputs(node)
-        function.out_slots = [node.outputs.index(v) for v in extras]
+        function.calling.out_slots = [node.outputs.index(v) for v in extras]
         parts += [self.expr(v) for v in extras]
         if len(parts) == 1:
             return parts[0]
@@ -437,7 +437,7 @@ def _returned_names(function: Function | None, count: int) -> list[str | None]:
     if function is None or count <= 1:
         return [None] * count
     returns = function.returns
-    if returns is not None and (function.state_out or function.out_slots):
+    if returns is not None and (function.calling.state_out or function.calling.out_slots):
         returns = returns.elts[0] if isinstance(returns, ast.Tuple) else None  # then its state, extras
     if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:
         return [None] * count

@@ -290,7 +290,8 @@ class CallTree:
 
 
 def operand_values(node: Node, function: Function) -> list[Any]:
-    return [node.call.args[i][1] if kind == "arg" else node.inputs[i] for kind, i in function.operands]
+    operands = function.calling.operands
+    return [node.call.args[i][1] if kind == "arg" else node.inputs[i] for kind, i in operands]
 
 
 def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:

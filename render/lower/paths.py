@@ -194,12 +194,12 @@ def _join(prefix: str, part: str) -> str:
 
 def plain_params(function: Function) -> list[tuple[str, int]]:
     """`(parameter, operand position)` for the parameters that take one operand."""
-    count = len(function.packing) if function.packing else len(function.operands)
+    count = len(function.calling.packing) if function.calling.packing else len(function.calling.operands)
     names = function.params[len(function.params) - count :]
-    if not function.packing:
-        return list(zip(names, range(len(function.operands))))
+    if not function.calling.packing:
+        return list(zip(names, range(len(function.calling.operands))))
     result, position = [], 0
-    for name, pack in zip(names, function.packing):
+    for name, pack in zip(names, function.calling.packing):
         if pack is None:
             result.append((name, position))
             position += 1
@@ -209,10 +209,10 @@ def plain_params(function: Function) -> list[tuple[str, int]]:
 
 def call_args(function: Function, values: list[ast.expr]) -> list[ast.expr]:
     """The arguments that pass these operand expressions (pytree parameters rebuilt)."""
-    if not any(function.packing):
+    if not any(function.calling.packing):
         return list(values)
     args, position = [], 0
-    for pack in function.packing:
+    for pack in function.calling.packing:
         if pack is None:
             args.append(values[position])
             position += 1

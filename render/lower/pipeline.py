@@ -91,7 +91,7 @@ def _lower(trace: Trace) -> Program:
         function.doc = _docstring(function)
     entry = root.group.function if root.group is not None else None
     assert entry is not None  # the root's group is written first
-    arg_names = entry.params[int(entry.uses_params) + int(entry.uses_state) :]
+    arg_names = entry.params[int(entry.calling.uses_params) + int(entry.calling.uses_state) :]
     return Program(
         trace=trace,
         functions=functions,

@@ -61,9 +61,7 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
     reps = [kind[0] for kind in kinds]
     first = reps[0]
     if any(
-        (f.params, f.operands, f.packing, f.out_slots, f.ret_paths, f.state_out, f.uses_params, f.uses_state)
-        != (first.params, first.operands, first.packing, first.out_slots, first.ret_paths, first.state_out,
-            first.uses_params, first.uses_state)
+        (f.params, f.calling) != (first.params, first.calling)
         or any(type(s) is not Statement or s.when is not None for s in f.body)
         or (f.returns is None) != (first.returns is None)
         for f in reps

@@ -84,8 +84,7 @@ def _alike(a: Group, b: Group) -> bool:
     f, g = a.function, b.function
     assert f is not None and g is not None
     return (
-        f.params == g.params and f.operands == g.operands and f.packing == g.packing
-        and f.out_slots == g.out_slots and f.ret_paths == g.ret_paths and f.state_out == g.state_out
+        f.params == g.params and f.calling == g.calling
         and parallel_diff([_body_module(f), _body_module(g)], [], numbers=True)
     )
 
