@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["MAIN", "Options", "ReviewOptions"]
 
@@ -98,6 +99,6 @@ class ReviewOptions:
         return cls(**_fields(cls, namespace))
 
 
-def _fields(cls: type, namespace: argparse.Namespace) -> dict[str, object]:
+def _fields(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:
     given = vars(namespace)
     return {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}

@@ -102,9 +102,13 @@ def test_write_follows_the_command_lines_overwrite_rules(mlp, tmp_path):
         exported.write(SAMPLES / "mlp.py")
 
 
-def test_annotate_source_is_the_command_lines_comments_and_map(mlp):
+@pytest.fixture(scope="module")
+def annotated(mlp):
     model, x, _ = mlp
-    annotated = jaxside.annotate_source(model, x)
+    return jaxside.annotate_source(model, x)
+
+
+def test_annotate_source_is_the_command_lines_comments_and_map(annotated):
     golden = (ROOT / "tests" / "golden" / "annotate" / "mlp.py").read_text(encoding="utf-8")
     assert annotated.text == golden and Path(annotated.file) == SAMPLES / "mlp.py"
     assert annotated.map["schema"] == "jaxside.map/1" and annotated.map["entry"] == "MLP"
@@ -132,9 +136,14 @@ def test_review_of_a_correct_port_passes(mlp, port):
     assert report.text().endswith("outputs match\n")
 
 
-def test_review_of_a_planted_bug_names_its_line_first(mlp, port):
+@pytest.fixture(scope="module")
+def broken_review(mlp, port):
     model, x, _ = mlp
-    report = jaxside.review(model, port.forward_relu, x)
+    return jaxside.review(model, port.forward_relu, x)
+
+
+def test_review_of_a_planted_bug_names_its_line_first(broken_review):
+    report = broken_review
     assert not report.ok
     first = report.first_divergence
     port_lines = (PORTS / "mlp_port.py").read_text().splitlines()
@@ -148,16 +157,12 @@ def test_review_of_a_planted_bug_names_its_line_first(mlp, port):
     assert [row.ok for row in report.rows if row.torch[1] == gelu] == [False]
 
 
-def test_ipython_shows_each_object_as_a_page_and_a_line(mlp, port):
+def test_ipython_shows_each_object_as_a_page_and_a_line(mlp, annotated, broken_review):
     from IPython.core.formatters import DisplayFormatter
 
-    model, x, exported = mlp
+    exported = mlp[2]
     shown = DisplayFormatter().format
-    objects = {
-        "Export": exported,
-        "Annotated": jaxside.annotate_source(model, x),
-        "Review": jaxside.review(model, port.forward_relu, x),
-    }
+    objects = {"Export": exported, "Annotated": annotated, "Review": broken_review}
     for kind, value in objects.items():
         formats, _ = shown(value)
         plain, page = formats["text/plain"], formats["text/html"]

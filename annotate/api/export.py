@@ -33,7 +33,7 @@ class Export:
         self._traced, self.options = traced, options
         self.program = traced.program
         if source is None:
-            source = module_source(traced.program, label(traced.program.trace))
+            source = module_source(traced.program, label(traced.file))
         self.source: str = source
         """The module's text, as ``annotate --export`` writes it (without the seal)."""
         self.module: types.ModuleType = load_module(self.source, "jaxside_export")
@@ -44,11 +44,13 @@ class Export:
     @property
     def forward(self) -> Callable[..., Any]:
         """The exported entry (the module's `forward`, or the def named after the traced function)."""
-        return getattr(self.module, self.program.entry.name)
+        entry: Callable[..., Any] = getattr(self.module, self.program.entry.name)
+        return entry
 
     @property
     def entry_name(self) -> str:
-        return self.program.entry.name
+        """The entry's name in the module (`forward` for a module, else the function's)."""
+        return str(self.program.entry.name)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name in ("program", "module", "options", "source"):  # not yet set

@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from jaxside.annotate.api.shared import label
+
 __all__ = ["review"]
 
 
@@ -38,8 +40,8 @@ def review(
     if module is None:
         module = sys.modules["__main__"]
     name = getattr(port_entry, "__name__", type(port_entry).__name__)
-    options = ReviewOptions(file=_file_of(torch_entry), port=_file_of(port_entry), port_entry=name,
-                            params_map=None if params_map is None else os.fspath(params_map),
+    options = ReviewOptions(file=label(_file_of(torch_entry)), port=label(_file_of(port_entry)),
+                            port_entry=name, params_map=None if params_map is None else os.fspath(params_map),
                             port_weights=port_weights, rtol=rtol, atol=atol)
     entry = Entry(torch_entry, tuple(args), {**(kwargs or {}), **inputs})
     return review_entries(options, entry, lambda: (module, port_entry, name), _silent)
@@ -50,14 +52,21 @@ def _silent(phase: str) -> None:
 
 
 def _file_of(entry: Any) -> str:
-    """The file defining a function, or a module's class (a notebook cell's name for code typed there)."""
+    """The file defining a function, or a module's class: a notebook cell's name for code typed
+    there; for a Linen port, `(module, variables)`, its module's."""
+    if isinstance(entry, tuple) and entry:
+        return _file_of(entry[0])
     target = entry if inspect.isfunction(entry) or inspect.isclass(entry) else type(entry)
-    target = inspect.unwrap(target) if callable(target) else target
     try:
         found = inspect.getsourcefile(target)
-    except TypeError:
+    except (TypeError, OSError):  # a class typed in a notebook cell has no file inspect can find
         found = None
     if found:
         return found
-    code = getattr(target, "__code__", None)
-    return code.co_filename if code is not None else "<unknown>"
+    functions = [target] if inspect.isfunction(target) else [
+        value for value in vars(target).values() if inspect.isfunction(value)]
+    for function in functions:
+        code = getattr(inspect.unwrap(function), "__code__", None)
+        if code is not None:
+            return str(code.co_filename)
+    return "<unknown>"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import html
+import linecache
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ def _aligned(table: dict[Line, tuple[set[Line], Any, bool, bool]], port_lines: l
 
 
 def _read(file: str) -> str:
+    if file.startswith("<"):  # a notebook cell: IPython keeps its text in linecache
+        return "".join(linecache.getlines(file))
     try:
         return Path(file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
