@@ -7,7 +7,9 @@ IPython's own `InteractiveShell`, in a separate interpreter (the shell takes ove
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import subprocess
 import sys
 
@@ -82,7 +84,7 @@ params = exported.load_params(block)
 shown = get_ipython().display_formatter.format
 result["api"] = {
     "export": shown(exported)[0], "review": shown(report)[0], "checked": exported.check().ok,
-    "jit": jax.jit(exported.forward)(params, x.numpy()).tolist(), "torch": block(x).tolist(),
+    "jit": jax.jit(exported.forward)(params, x.numpy()).ravel().tolist(), "torch": block(x).ravel().tolist(),
     "first": report.first_divergence.port, "ok": report.ok,
 }
 ''',
@@ -139,4 +141,6 @@ def test_the_api_exports_and_reviews_code_typed_in_cells(result):
     assert "sigmoid" in api["export"]["text/html"]
     assert not api["ok"] and api["first"][0].startswith("<ipython-input-") and api["first"][1] == 4
     assert "outputs DIVERGE" in api["review"]["text/plain"]
-    assert "gated - 1.0" in api["review"]["text/html"]  # the port's cell, read from IPython's linecache
+    page = html.unescape(api["review"]["text/html"].partition('srcdoc="')[2])
+    shown = html.unescape(re.sub("<[^>]+>", "", page))
+    assert "return gated - 1.0" in shown  # the port's cell, read from IPython's linecache

@@ -105,7 +105,11 @@ class Export:
         example inputs (and at a smaller and a larger shape where the export is generic), or on
         the inputs given. A `CheckReport`: `.ok`, `.comparisons`, `.table()` (``--check``'s lines)."""
         from jaxside.annotate.check import check_export
+        from jaxside.annotate.errors import Failure
 
+        if self.options.abstract:
+            raise Failure("check() compares numbers with torch, and an abstract export has none",
+                          "export without abstract=True to check it")
         given = (args, kwargs) if args or kwargs else None
         rtol = self.options.rtol if rtol is None else rtol
         atol = self.options.atol if atol is None else atol
