@@ -75,6 +75,7 @@ def test_check_passes_on_the_export_and_fails_on_a_broken_one(mlp):
     report = exported.check()
     assert report.ok and report.comparisons and all(c.ok for c in report.comparisons)
     table = report.table()
+    assert str(report) == table and repr(report) == "<CheckReport: 3 leaves compared, all match>"
     assert "on the example inputs" in table and "at a smaller shape" in table and "at a larger shape" in table
     assert "MISMATCH" not in table
 
