@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +82,8 @@ class ReviewOptions:
     kwargs: str | None = None
     setup: str | None = None
     port_entry: str | None = None
-    params_map: str | None = None
+    params_map: str | Mapping[str, str] | None = None
+    """A file defining ``PARAMS_MAP``; from Python, the dict itself too."""
     port_weights: str | None = None
     rtol: float = 1e-5
     atol: float = 1e-6

@@ -206,3 +206,16 @@ def test_the_api_and_the_command_line_share_one_set_of_option_names():
             keywords = {p.name for p in inspect.signature(function).parameters.values()
                         if p.kind is p.KEYWORD_ONLY}
             assert keywords and keywords <= fields, (function.__name__, keywords - fields)
+
+
+def test_review_takes_the_weight_mapping_as_a_dict(mlp, port):
+    """`params_map` (``--params-map FILE``) given as the dict itself: the two hidden biases swapped
+    make the port diverge at the first layer, and the mapping says so."""
+    model, x, _ = mlp
+    swapped = {"params['fc1']['bias']": "fc2.bias", "params['fc2']['bias']": "fc1.bias"}
+    report = jaxside.review(model, port.forward, x, params_map=swapped)
+    assert not report.ok and report.weights["params['fc1']['bias']"] == "fc2.bias"
+    assert report.weights["params['fc1']['weight']"] == "fc1.weight"  # the others still guessed
+    lines = (SAMPLES / "mlp.py").read_text().splitlines()
+    gelu = next(n for n, line in enumerate(lines, 1) if "F.gelu" in line)
+    assert report.first_divergence.torch == (str(SAMPLES / "mlp.py"), gelu)

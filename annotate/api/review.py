@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from jaxside.annotate.api.shared import label
@@ -18,7 +19,7 @@ def review(
     /,
     *args: Any,
     port_weights: str | None = None,
-    params_map: str | os.PathLike[str] | None = None,
+    params_map: str | os.PathLike[str] | Mapping[str, str] | None = None,
     rtol: float = 1e-5,
     atol: float = 1e-6,
     kwargs: dict[str, Any] | None = None,
@@ -29,7 +30,8 @@ def review(
     building one) on the same inputs and weights, and find the first line where they differ.
 
     The options are ``annotate review``'s by the same names: `port_weights` names the port's own
-    loader in the port's module, `params_map` a file defining ``PARAMS_MAP``. Keyword inputs named
+    loader in the port's module, `params_map` a file defining ``PARAMS_MAP`` (or that dict itself:
+    {port leaf path: torch state_dict name}). Keyword inputs named
     like an option go in `kwargs`. Returns a `Review` (`.ok`, `.rows`, `.first_divergence`,
     `.weights`, `.text()`, `.html()`)."""
     from jaxside.annotate.loading import Entry
@@ -41,10 +43,16 @@ def review(
         module = sys.modules["__main__"]
     name = getattr(port_entry, "__name__", type(port_entry).__name__)
     options = ReviewOptions(file=label(_file_of(torch_entry)), port=label(_file_of(port_entry)),
-                            port_entry=name, params_map=None if params_map is None else os.fspath(params_map),
+                            port_entry=name, params_map=_params_map(params_map),
                             port_weights=port_weights, rtol=rtol, atol=atol)
     entry = Entry(torch_entry, tuple(args), {**(kwargs or {}), **inputs})
     return review_entries(options, entry, lambda: (module, port_entry, name), _silent)
+
+
+def _params_map(given: str | os.PathLike[str] | Mapping[str, str] | None) -> str | Mapping[str, str] | None:
+    if given is None or isinstance(given, Mapping):
+        return given
+    return os.fspath(given)
 
 
 def _silent(phase: str) -> None:
