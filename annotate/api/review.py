@@ -46,7 +46,7 @@ def review(
                             port_entry=name, params_map=_params_map(params_map),
                             port_weights=port_weights, rtol=rtol, atol=atol)
     entry = Entry(torch_entry, tuple(args), {**(kwargs or {}), **inputs})
-    return review_entries(options, entry, lambda: (module, port_entry, name), _silent)
+    return review_entries(options, entry, lambda _torch_entry: (module, port_entry, name), _silent)
 
 
 def _params_map(given: str | os.PathLike[str] | Mapping[str, str] | None) -> str | Mapping[str, str] | None:

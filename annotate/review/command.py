@@ -87,7 +87,8 @@ def _review(options: ReviewOptions, status: Status) -> int:
     with stdout_to_stderr():
         status.phase(f"tracing {Path(options.file).name}")
         entry = find_entry(load_file(options.file), options)
-        review = review_entries(options, entry, lambda: _port_entry(options), status.phase)
+        review = review_entries(options, entry, lambda torch_entry: _port_entry(options, torch_entry),
+                                status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:
@@ -95,13 +96,17 @@ def _review(options: ReviewOptions, status: Status) -> int:
     return EXIT_OK if review.ok else EXIT_MISMATCH
 
 
-def _port_entry(options: ReviewOptions) -> tuple[Any, Any, str]:
-    """PORT_FILE loaded, and the port in it: ``--port-entry``, else `forward`, else `build`."""
+def _port_entry(options: ReviewOptions, torch_entry: str) -> tuple[Any, Any, str]:
+    """PORT_FILE loaded, and the port in it: ``--port-entry``, else `forward`, else `build`, else what
+    has the torch entry's name (an export of a torch function keeps the function's name)."""
     module = _load_port(options.port)
-    name = options.port_entry or ("forward" if hasattr(module, "forward") else "build")
+    named = torch_entry.rpartition(".")[2]
+    defaults = ("forward", "build", named)
+    name = options.port_entry or next((n for n in defaults if hasattr(module, n)), "forward")
     entry = getattr(module, name, None)
     if entry is None or not callable(entry) and not isinstance(entry, tuple):
-        what = f"no {name}" if options.port_entry else "no forward (a function) or build (returning a module)"
+        what = (f"no {name}" if options.port_entry
+                else f"no forward (a function), build (returning a module) or {named}")
         raise Failure(f"defines {what}", "name the port's function, module or factory with --port-entry",
                       file=options.port)
     return module, entry, name

@@ -111,19 +111,19 @@ class Review:
 def review_entries(
     options: ReviewOptions,
     entry: Any,
-    port: Callable[[], tuple[Any, Any, str]],
+    port: Callable[[str], tuple[Any, Any, str]],
     phase: Callable[[str], None],
 ) -> Review:
-    """Trace `entry` (the torch side, an `annotate.loading.Entry`), then the port (`port()` gives its
-    module, its function, module or factory, and that one's name), run both on the same inputs and
-    weights, and align them."""
+    """Trace `entry` (the torch side, an `annotate.loading.Entry`), then the port (`port(torch_entry)`
+    gives its module, its function, module or factory, and that one's name; `torch_entry` is the
+    traced entry's qualname), run both on the same inputs and weights, and align them."""
     from jaxside.annotate.review.align import align, side
     from jaxside.annotate.review.outputs import compare_outputs, match_outputs, unreturned
     from jaxside.annotate.review.sides import input_pairs, port_side, torch_side
 
     torch_trace, torch_args, state, data = torch_side(options, entry)
     phase(f"tracing the port {Path(options.port).name}")
-    module, port_entry, name = port()
+    module, port_entry, name = port(torch_trace.entry)
     port_trace, port_args, mapping = port_side(options, module, port_entry, name, state, data)
     phase("running both sides")
     torch, ported = side(torch_trace, torch_args), side(port_trace, port_args)

@@ -142,7 +142,8 @@ def function_side(options: ReviewOptions, fn: Any, name: str, state: dict[str, A
     import jax
 
     from jaxside.annotate.errors import UserCodeRaised
-    from jaxside.annotate.review.mapping import assign, discover
+    from jaxside.annotate.review.mapping import assign
+    from jaxside.annotate.review.probing import discover
     from jaxside.tracing import Capture
 
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
