@@ -14,10 +14,13 @@ import dataclasses
 import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxside.annotate.api.shared import Traced, label, refuse_sources, trace_entry, watched
 from jaxside.annotate.options import Options
+
+if TYPE_CHECKING:
+    from jaxside.annotate.check import CheckReport
 
 __all__ = ["Export", "export"]
 
@@ -100,7 +103,7 @@ class Export:
     # -- checking and writing ------------------------------------------------------------------------
 
     def check(self, *args: Any, rtol: float | None = None, atol: float | None = None,
-              **kwargs: Any) -> Any:
+              **kwargs: Any) -> CheckReport:
         """Run the export under `jax.jit` beside torch eager and compare every leaf: on the
         example inputs (and at a smaller and a larger shape where the export is generic), or on
         the inputs given. A `CheckReport`: `.ok`, `.comparisons`, `.table()` (``--check``'s lines)."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxside.annotate.api.shared import label
+from jaxside.annotate.review.result import Review, review_entries
 
 __all__ = ["review"]
 
@@ -24,7 +25,7 @@ def review(
     atol: float = 1e-6,
     kwargs: dict[str, Any] | None = None,
     **inputs: Any,
-) -> Any:
+) -> Review:
     """Run `torch_entry` (an `nn.Module` or a function) and `port_entry` (a JAX function whose
     leading arguments are weight pytrees; a Flax NNX, Flax Linen or Equinox module; or a function
     building one) on the same inputs and weights, and find the first line where they differ.
@@ -36,7 +37,6 @@ def review(
     `.weights`, `.text()`, `.html()`)."""
     from jaxside.annotate.loading import Entry
     from jaxside.annotate.options import ReviewOptions
-    from jaxside.annotate.review.result import review_entries
 
     module = inspect.getmodule(port_entry) or inspect.getmodule(type(port_entry))
     if module is None:
