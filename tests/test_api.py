@@ -173,6 +173,7 @@ def test_ipython_shows_each_object_as_a_page_and_a_line(mlp, annotated, broken_r
     assert "outputs DIVERGE, first divergence at mlp.py:17" in repr(objects["Review"])
     # The page is the module's own statements beside the torch lines.
     page = html.unescape(objects["Export"]._repr_html_().partition('srcdoc="')[2])
+    assert page.startswith(exported.page())  # the page --html writes, in a frame
     text = html.unescape(re.sub("<[^>]+>", "", page))
     assert 'h @ params["head"]["weight"].T + params["head"]["bias"]' in text
 

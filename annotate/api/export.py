@@ -145,12 +145,17 @@ class Export:
         return (f"<Export of {program.trace.entry}: {self.entry_name}({params}), "
                 f"{len(program.functions)} defs{weights}, {sizes}, {self.source.count(chr(10))} lines>")
 
-    def _repr_html_(self) -> str:
-        """The side-by-side view of the program written: torch beside the export's statements."""
+    def page(self) -> str:
+        """The side-by-side page of the program written (what ``--export --html PATH`` writes)."""
         from jaxside.render.html import side_by_side
+
+        return side_by_side(self.program, shapes=self.options.shapes)
+
+    def _repr_html_(self) -> str:
+        """The side-by-side view in a notebook: torch beside the export's statements."""
         from jaxside.render.html.page import framed
 
-        return framed(side_by_side(self.program, shapes=self.options.shapes))
+        return framed(self.page())
 
 
 def _quiet(text: str) -> None:
