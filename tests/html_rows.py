@@ -13,7 +13,7 @@ class Row:
     classes: set[str]
     cells: list[str] = field(default_factory=list)
     """Each `td`'s text, as a reader sees it: entities decoded, tags dropped, a line per source
-    line (`span.ln`), statement (`div`) or `br`."""
+    line (`span.ln`), statement (`div`) or `br`, badges (`span.cnt`, drawn from `data-t`) included."""
     cell_classes: list[set[str]] = field(default_factory=list)
 
     def cell(self, cls: str) -> str:
@@ -28,10 +28,15 @@ class _Rows(HTMLParser):
         self.rows: list[Row] = []
         self.depth = 0  # inside a td: its nesting depth (a cell holds no table)
         self.skip = 0  # inside a script or style
+        self.wider = 0  # inside a statement's wider layouts (`div.lo100`): the narrowest is read
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
-        if tag in ("script", "style"):
+        if self.wider and tag == "div":
+            self.wider += 1
+        elif tag == "div" and any(c.startswith("lo") for c in (found.get("class") or "").split()):
+            self.wider = 1
+        elif tag in ("script", "style"):
             self.skip += 1
         elif tag == "tr":
             self.rows.append(Row(found.get("id"), set((found.get("class") or "").split())))
@@ -44,13 +49,17 @@ class _Rows(HTMLParser):
             starts_line = tag != "span" or "ln" in (found.get("class") or "").split()
             if starts_line and cells[-1] and not cells[-1].endswith("\n"):
                 cells[-1] += "\n"
+            if tag == "span" and "cnt" in (found.get("class") or "").split():
+                cells[-1] += "  " + (found.get("data-t") or "")  # a badge, drawn from its attribute
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style"):
+        if self.wider and tag == "div":
+            self.wider -= 1
+        elif tag in ("script", "style"):
             self.skip -= 1
 
     def handle_data(self, data: str) -> None:
-        if not self.skip and self.rows and self.rows[-1].cells:
+        if not self.skip and not self.wider and self.rows and self.rows[-1].cells:
             self.rows[-1].cells[-1] += html.unescape(data)
 
 
