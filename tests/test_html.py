@@ -119,7 +119,8 @@ def test_both_columns_linked_and_dimmed_in_chromium(view):
         jax = sin_row.find_element(By.CSS_SELECTOR, "td.j")
         assert re.fullmatch(r"\w+ = jnp\.sin\(\w+\)", jax.text.strip()), jax.text
         badge = jax.find_element(By.CSS_SELECTOR, ".cnt")  # ran once in each of the 2 layers
-        assert driver.execute_script("return getComputedStyle(arguments[0], '::after').content", badge) == '"×2"'
+        drawn = driver.execute_script("return getComputedStyle(arguments[0], '::after').content", badge)
+        assert drawn == '"×2"', drawn
 
         spans = layer_def.find_elements(By.CSS_SELECTOR, "td.t span")
         colours = {e.value_of_css_property("color") for e in spans}
@@ -225,7 +226,8 @@ def test_both_columns_hold_the_code_without_a_browser(view):
     returned = jax[_line("return gate(self.proj(x))")]
     assert '@ params["proj"]["weight"].T' in returned and "×2" in returned, returned
     assert "gate(" in returned, returned  # the call inline, or its result named on the line before
-    assert re.fullmatch(r"return (gate\(\w+\)|\w+) \* config\.scale", returned.splitlines()[-1].strip()), returned
+    last = returned.splitlines()[-1].strip()
+    assert re.fullmatch(r"return (gate\(\w+\)|\w+) \* config\.scale", last), returned
     # What did not run has no JAX: the other branch, __init__, the config.
     for text in ("x = torch.tanh(x)", "self.proj = nn.Linear", "WIDTH = 8"):
         assert jax[_line(text)] == "" and "dim" in model[_line(text)].classes, text
