@@ -63,6 +63,8 @@ class _View:
         self.callers: dict[str, list[tuple[str, str]]] = {}
         self.sections = 0
         self.band = 0
+        self.titled = False
+        """Whether each file's section has its name above it (more than one file on the page)."""
         self.tree = tree.call_tree(trace, self.program)
         entry = [f for f in self.program.functions if any(c is trace.root for c in f.calls)]
         self.entry = entry[0].name if entry else None
@@ -105,6 +107,7 @@ class _View:
         for function in self.program.functions:
             file = Path(function.calls[0].file).resolve()
             files[file] = min(files.get(file, len(reached)), reached.get(function.name, len(reached)))
+        self.titled = bool(others)
         main = self.file_section(path, None)
         body = [] if "<div class=st" not in main else [main]
         for file in sorted(others, key=lambda f: files.get(f, len(reached))):
@@ -162,7 +165,7 @@ class _View:
             rows[number] = self._row(section, number, state, bands.get(group), group, path.name,
                                      highlight.block(torch[number - 1]) if number <= len(torch) else "", jax)
         outline = folds.outline(source_map.tree)
-        title = f"<h2>{html.escape(str(path.name))}</h2>" if self.sections > 1 else ""
+        title = f"<h2>{html.escape(str(path.name))}</h2>" if self.titled else ""
         keep = self._context_headers(source_map.tree, runs)
 
         def blank(n: int) -> bool:
