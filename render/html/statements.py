@@ -11,8 +11,9 @@ from __future__ import annotations
 from jaxside.render.html import highlight
 from jaxside.render.layout import wrap_text
 
-WIDTHS = (60, 100, 140)
-"""The widths (in characters) a statement is laid out at; view.css has a container query per width."""
+WIDTHS = (60, 80, 100, 130)
+"""The widths (in characters) a statement is laid out at; view.css has container queries for each
+but the first (`.lo80` hides a layout below 80 characters, `.hi80` from 80 on)."""
 BODY = "    "
 """A def's statements sit under it, so a copied def is Python with its real indentation."""
 
