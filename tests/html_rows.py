@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -22,20 +23,31 @@ class Row:
         return text.strip()
 
 
+ROOM = 90
+"""The JAX column's width in characters the reader reads statements at (a window about 1400 px wide):
+a statement laid out at several widths (render/html/statements.py) is read in the layout shown there."""
+
+
+def _shown(classes: list[str]) -> bool:
+    low = [int(c[2:]) for c in classes if c.startswith("lo") and c[2:].isdigit()]
+    high = [int(c[2:]) for c in classes if c.startswith("hi") and c[2:].isdigit()]
+    return all(w <= ROOM for w in low) and all(ROOM < w for w in high)
+
+
 class _Rows(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.rows: list[Row] = []
         self.depth = 0  # inside a td: its nesting depth (a cell holds no table)
         self.skip = 0  # inside a script or style
-        self.wider = 0  # inside a statement's wider layouts (`div.lo100`): the narrowest is read
+        self.other = 0  # inside a statement's layout for another width (`div.lo100`, `div.hi80`)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
-        if self.wider and tag == "div":
-            self.wider += 1
-        elif tag == "div" and any(c.startswith("lo") for c in (found.get("class") or "").split()):
-            self.wider = 1
+        if self.other and tag == "div":
+            self.other += 1
+        elif tag == "div" and not _shown((found.get("class") or "").split()):
+            self.other = 1
         elif tag in ("script", "style"):
             self.skip += 1
         elif tag == "tr":
@@ -53,20 +65,24 @@ class _Rows(HTMLParser):
                 cells[-1] += "  " + (found.get("data-t") or "")  # a badge, drawn from its attribute
 
     def handle_endtag(self, tag: str) -> None:
-        if self.wider and tag == "div":
-            self.wider -= 1
+        if self.other and tag == "div":
+            self.other -= 1
         elif tag in ("script", "style"):
             self.skip -= 1
 
     def handle_data(self, data: str) -> None:
-        if not self.skip and not self.wider and self.rows and self.rows[-1].cells:
+        if not self.skip and not self.other and self.rows and self.rows[-1].cells:
             self.rows[-1].cells[-1] += html.unescape(data)
 
 
 def rows(page: str) -> list[Row]:
+    """The page's rows; each cell's lines dedented together (code keeps its indentation as spaces,
+    a cell reads as its code relative to its first line's indent)."""
     parser = _Rows()
     parser.feed(page)
     parser.close()
+    for row in parser.rows:
+        row.cells = [textwrap.dedent(cell) for cell in row.cells]
     return parser.rows
 
 
