@@ -91,7 +91,7 @@ def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any
         for t in torch_here:
             lines, err, ok, seen = table[t]
             statuses.append(("ok" if ok else "bad") if seen else "none")
-            errors.append(error_text(err) if seen and err is not None else "no port value")
+            errors.append(error_text(err) if seen and err is not None else "unmatched")  # as the report
         status = "bad" if "bad" in statuses else "ok" if "ok" in statuses else "none" if statuses else ""
         if torch_first is not None and (torch_first.file, torch_first.line) in torch_here and (
                 p is None or port_first is None or (port_first.file, port_first.line) == p):
