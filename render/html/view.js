@@ -135,7 +135,9 @@
   });
 
   // Keys: j / k step to the next / previous JAX statement shown, Enter reveals its torch partner.
-  const shown = () => [...document.querySelectorAll('.st')].filter(st => st.getClientRects().length);
+  // (inside a closed fold a statement still has boxes: `hidden=until-found` only skips painting)
+  const shown = () => [...document.querySelectorAll('.st')].filter(
+    st => st.getClientRects().length && !st.closest('[hidden]'));
   document.addEventListener('focusin', event => {
     const st = event.target.closest && event.target.closest('.st');
     if (!st) return;
