@@ -288,3 +288,27 @@ def test_jax_is_laid_out_for_the_columns_width(driver, pages, width):
         assert shown == 1 and low <= room and (not high or room < high), (shown, room, low, high)
     if width == 1600:  # wider than 80 characters where the column has the room
         assert any(low >= 100 for _, _, low, _ in found), found
+
+
+def test_the_reader_chooses_theme_and_code_size(driver, pages):
+    from selenium.webdriver.common.by import By
+
+    _open(driver, pages["library"])
+    background = "return getComputedStyle(document.body).backgroundColor"
+    code_size = "return parseFloat(getComputedStyle(document.querySelector('td.t .ln')).fontSize)"
+    light, size = driver.execute_script(background), driver.execute_script(code_size)
+    try:
+        theme = driver.find_element(By.ID, "theme")
+        theme.click()  # auto -> light -> dark
+        theme.click()
+        assert theme.text == "theme: dark"
+        red, green, blue = map(int, re.findall(r"\d+", driver.execute_script(background))[:3])
+        assert red + green + blue < 150 and driver.execute_script(background) != light
+        driver.find_element(By.ID, "larger").click()
+        assert driver.execute_script(code_size) > size
+        # Kept for the next page opened in this browser.
+        _open(driver, pages["example"])
+        assert driver.find_element(By.ID, "theme").text == "theme: dark"
+        assert driver.execute_script(code_size) > size
+    finally:
+        driver.execute_script("localStorage.clear()")

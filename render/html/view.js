@@ -232,6 +232,38 @@
     setTimeout(() => { button.textContent = 'copy def'; }, 1500);
   });
 
+  // The reader's theme and code size, kept in the browser for every page (where storage is allowed).
+  const root = document.documentElement;
+  const stored = key => { try { return localStorage.getItem(key); } catch (error) { return null; } };
+  const store = (key, value) => {
+    try { if (value === null) localStorage.removeItem(key); else localStorage.setItem(key, value); }
+    catch (error) { /* a sandboxed frame: the choice lasts until the page closes */ }
+  };
+  const themes = ['auto', 'light', 'dark'];
+  const themeButton = document.getElementById('theme');
+  let theme = themes.includes(stored('jaxside-theme')) ? stored('jaxside-theme') : 'auto';
+  const showTheme = () => {
+    if (theme === 'auto') delete root.dataset.theme; else root.dataset.theme = theme;
+    if (themeButton) themeButton.textContent = `theme: ${theme}`;
+  };
+  showTheme();
+  if (themeButton) themeButton.addEventListener('click', () => {
+    theme = themes[(themes.indexOf(theme) + 1) % themes.length];
+    showTheme();
+    store('jaxside-theme', theme === 'auto' ? null : theme);
+  });
+  let size = Math.min(24, Math.max(9, +stored('jaxside-size') || 13));
+  const showSize = () => root.style.setProperty('--size', `${size}px`);
+  showSize();
+  [['smaller', -1], ['larger', 1]].forEach(([id, step]) => {
+    const button = document.getElementById(id);
+    if (button) button.addEventListener('click', () => {
+      size = Math.min(24, Math.max(9, size + step));
+      showSize();
+      store('jaxside-size', size === 13 ? null : size);
+    });
+  });
+
   // Jumps: a call goes to its def; Back (the button or the browser's) returns to the call.
   const back = document.getElementById('back');
   const trail = [];
