@@ -94,7 +94,7 @@ def test_page_is_one_offline_file(view):
     text = view[0].read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text) and "<link" not in text
     assert "<style>" in text and "<script>" in text
-    assert "@media (prefers-color-scheme: dark)" in text
+    assert "color-scheme: light dark" in text and "light-dark(" in text  # dark as the system is
     assert "word-break: break-all" not in text
 
 
