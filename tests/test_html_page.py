@@ -132,6 +132,14 @@ def test_a_drag_over_a_def_copies_that_column_clean(driver, pages):
     driver.execute_script("getSelection().removeAllRanges()")
     signature.find_element(By.CSS_SELECTOR, "button[data-copy=def]").click()
     assert driver.execute_script(COPY) == copied
+    # So does every def's button: one def, named as its signature says, that parses.
+    buttons = driver.find_elements(By.CSS_SELECTOR, "button[data-copy=def]")
+    assert len(buttons) >= 8
+    for button in buttons:
+        driver.execute_script("arguments[0].click()", button)
+        (function,) = ast.parse(driver.execute_script(COPY)).body
+        statement = button.find_element(By.XPATH, "./ancestor::div[contains(@class, 'st')][1]")
+        assert statement.get_attribute("id") == f"def-{function.name}"
 
     # A drag in the torch column copies the torch lines as they are in the file.
     norm = driver.find_element(By.ID, "def-llama_rms_norm_forward").find_element(By.XPATH, "./ancestor::tr")
