@@ -16,6 +16,7 @@ from browser import chrome
 
 from jaxside.annotate.loading import load_file
 from jaxside.render.html import side_by_side
+from jaxside.render.lower import lower
 from jaxside.tracing import Capture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ def page(example: Path, folder: Path) -> Path:
     torch.manual_seed(0)
     trace = Capture()(model, *args, **(kwargs[0] if kwargs else {}))
     target = folder / f"{example.stem}.html"
-    target.write_text(side_by_side(trace), encoding="utf-8")
+    target.write_text(side_by_side(lower(trace)), encoding="utf-8")
     return target
 
 

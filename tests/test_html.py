@@ -13,6 +13,7 @@ from html_rows import by_id
 from jaxside.annotate.loading import load_file
 from jaxside.render.html import side_by_side
 from jaxside.render.html.highlight import lines
+from jaxside.render.lower import lower
 from jaxside.tracing import Capture
 
 HELPER = '''\
@@ -73,7 +74,7 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     torch.manual_seed(0)
     trace = Capture(watch=[str(folder / "view_helper.py")])(module.Net().eval(), torch.randn(4, 8))
     page = folder / "view.html"
-    page.write_text(side_by_side(trace, str(model_file)), encoding="utf-8")
+    page.write_text(side_by_side(lower(trace), str(model_file)), encoding="utf-8")
     return page, MODEL
 
 

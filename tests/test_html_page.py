@@ -14,6 +14,7 @@ from browser import chrome, in_view, needs_browser
 
 from jaxside.annotate.loading import load_file
 from jaxside.render.html import side_by_side
+from jaxside.render.lower import lower
 from jaxside.tracing import Capture
 
 EXAMPLE = Path(__file__).resolve().parent / "models" / "run_hf_llama.py"
@@ -30,8 +31,9 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     model, args, kwargs = load_file(str(EXAMPLE)).example()
     trace = Capture()(model, *args, **kwargs)
     found = {"library": folder / "library.html", "example": folder / "example.html"}
-    found["library"].write_text(side_by_side(trace), encoding="utf-8")
-    found["example"].write_text(side_by_side(trace, str(EXAMPLE)), encoding="utf-8")
+    program = lower(trace)
+    found["library"].write_text(side_by_side(program), encoding="utf-8")
+    found["example"].write_text(side_by_side(program, str(EXAMPLE)), encoding="utf-8")
     return found
 
 

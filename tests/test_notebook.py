@@ -43,16 +43,18 @@ registered = shown(top_capture(Block(), torch.randn(2, 8)))[0].get("text/html")
     '''
 import jaxside.render.html
 from jaxside.render.comments import annotate_file
-from jaxside.render.module import export_module
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
 from jaxside.tracing import capture
 
 trace = capture(Block(), torch.randn(2, 8))
+program = lower(trace)
 formats, _ = get_ipython().display_formatter.format(trace)
 result = {
     "file": trace.root.file,
-    "module": export_module(trace, source="a cell"),
-    "annotated": annotate_file(trace),
-    "page": jaxside.render.html.side_by_side(trace),
+    "module": render_program(program, source="a cell"),
+    "annotated": annotate_file(program),
+    "page": jaxside.render.html.side_by_side(program),
     "repr": formats["text/plain"],
     "html": formats.get("text/html"),
     "plain": plain,

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import html
 import importlib
 import io
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -18,10 +20,11 @@ from types import SimpleNamespace
 import pytest
 
 from jaxside.annotate import cli, files
+from jaxside.annotate.check import load_module
 from jaxside.annotate.cli import main
 from jaxside.annotate.errors import Failure
-from jaxside.annotate.export import load_module
 from jaxside.annotate.seal import unsealed
+from jaxside.render.comments import same_code
 from jaxside.tracing import Site
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -120,9 +123,25 @@ def test_combinations_that_cannot_work_are_refused_before_anything_runs(
     assert code == 2 and out == "" and said in err and len(err.splitlines()) == 1, err
 
 
+def test_export_with_html_and_json_shows_the_program_written(project, tmp_path, capsys):
+    """One lowering a run: the page and the map show the export's statements, its sizes generic."""
+    module, page, mapped = tmp_path / "m.py", tmp_path / "v.html", tmp_path / "map.json"
+    code, out, err = run(capsys, project / "run_tiny_gpt.py", "--export", "-o", module, "--html", page,
+                         "--json", mapped, "-q")
+    assert code == 0 and out == "", err
+    written = module.read_text(encoding="utf-8")
+    shown = html.unescape(re.sub("<[^>]+>", "", page.read_text(encoding="utf-8")))
+    generic = "y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (B, T, x.shape[2]))"
+    assert generic in written and generic in shown
+    codes = [s["code"] for line in json.loads(unsealed(mapped.read_bytes()))["lines"] for s in line["jax"]]
+    assert generic in codes
+
+
 def test_check_alone_writes_the_comments_and_checks(project, gpt_comments, capsys):
     code, out, err = run(capsys, project / "run_tiny_gpt.py", "--check")
-    assert code == 0 and out == gpt_comments[1]
+    # One lowering a run: the comments are those of the program checked, its sizes generic.
+    plain, generic = gpt_comments[1], "jnp.reshape(k, (B, T, config.n_head, x.shape[2] // config.n_head))"
+    assert code == 0 and same_code(plain, out) and generic in out and generic not in plain
     assert "--check: the export against torch eager" in err and " ok" in err
     assert "not written: --export -o PATH keeps it" in err
     assert len([line for line in err.splitlines() if "int64" in line]) == 1, err  # said once a run

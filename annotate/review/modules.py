@@ -3,11 +3,11 @@ function of the torch tensors that lays them out as the port holds them and runs
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
 from typing import Any
 
 from jaxside.annotate.errors import Failure
+from jaxside.annotate.options import ReviewOptions
 from jaxside.annotate.review.fit import Leaf, Recipe, fit, given_recipe
 from jaxside.annotate.review.frameworks import ModulePort
 from jaxside.annotate.review.mapping import Mapping, read_params_map
@@ -27,7 +27,7 @@ class _Run:
         return self.port.call(values, data)
 
 
-def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str, Any],
+def trace_module(options: ReviewOptions, port: ModulePort, state: dict[str, Any],
                  data: tuple, files: list[str], loaded: Any = None) -> tuple[Any, list, Mapping]:
     """The port traced on torch's weights as fitted to its leaves; `files` are the port's files.
     With `loaded` (`--port-weights`: where the loader made each array), the port runs on the

@@ -8,12 +8,12 @@ Long runs of port lines paired with nothing (imports, docstrings) are folded.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import html
 from pathlib import Path
 from typing import Any
 
+from jaxside.annotate.options import ReviewOptions
 from jaxside.annotate.review.report import error_text, labels, rows, side_files, site_of
 from jaxside.render.html import folds, highlight
 from jaxside.render.html.page import document
@@ -60,7 +60,7 @@ def _read(file: str) -> str:
         return ""
 
 
-def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any) -> str:
+def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> str:
     torch_path, port_path = Path(options.file).resolve(), Path(options.port).resolve()
     sited = {site.file for site in port.trace.eqn_sites if site is not None}
     port_files = [f for f in side_files(port, options.port) if f in sited] or [str(port_path)]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from jaxside.annotate.options import ReviewOptions
 
 
 def site_of(side: Any, var: Any) -> Any:
@@ -98,7 +99,7 @@ def _numbers(value: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.6g}" for x in flat) + (", ...]" if value.size > 4 else "]")
 
 
-def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
+def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping: Any,
          leaves: list[Any]) -> str:
     from jaxside.annotate.review.outputs import lines as output_lines
     from jaxside.annotate.review.outputs import matched

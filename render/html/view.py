@@ -22,7 +22,6 @@ from jaxside.render.html import folds, highlight, tree
 from jaxside.render.html.page import document
 from jaxside.render.html.runs import Runs
 from jaxside.render.html.statements import layouts
-from jaxside.render.lower import lower
 from jaxside.render.source import read_source
 
 BANDS = 6
@@ -34,10 +33,11 @@ LEGEND = [
 ]
 
 
-def side_by_side(trace: Any, path: str | None = None, *, shapes: bool = False) -> str:
+def side_by_side(program: Any, path: str | None = None, *, shapes: bool = False) -> str:
     """The HTML view of `path` (by default the entry's file, or notebook cell) with the JAX each
-    of its lines produced in `trace`."""
-    return _View(trace, shapes).render(Path(trace.root.file if path is None else path).resolve())
+    of its lines produced in the lowered `program` (a `render.ir.Program`)."""
+    trace = program.trace
+    return _View(program, shapes).render(Path(trace.root.file if path is None else path).resolve())
 
 
 def _chars(text: str, byte_col: int) -> int:
@@ -46,9 +46,10 @@ def _chars(text: str, byte_col: int) -> int:
 
 
 class _View:
-    def __init__(self, trace: Any, shapes: bool) -> None:
+    def __init__(self, program: Any, shapes: bool) -> None:
+        trace = program.trace
         self.trace, self.shapes = trace, shapes
-        self.program = lower(trace)
+        self.program = program
         self.names = {f.name for f in self.program.functions + self.program.helpers}
         self.sites: dict[str, list[Any]] = {}
         """JAX statement text -> the torch sites of the statements that read so."""
