@@ -12,7 +12,8 @@ VENV312 := .venv-3.12
 # Said loudly; under CI (`CI` set) a missing interpreter fails the run.
 missing = { printf '\n*** %s ***\n\n' "$(1)" >&2; [ -z "$$CI" ] || exit 1; }
 
-.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint typecheck mutate bench zoo review-zoo clean
+.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint typecheck mutate bench screenshots zoo \
+	review-zoo clean
 
 # What `annotate` itself needs (torch, jax, torchax, ...): all `make demo` installs.
 $(VENV)/.runtime: pyproject.toml
@@ -107,6 +108,10 @@ typecheck: setup
 	ln -s $(abspath jaxside/__init__.py) $(abspath jaxside/py.typed) $(TYPECHECK)/jaxside/
 	ln -s $(abspath annotate) $(abspath tracing) $(abspath render) $(TYPECHECK)/jaxside/
 	$(PY) -m mypy
+
+# The HTML view's screenshots in docs/ (the Llama sample; transformers' Llama, light and dark).
+screenshots: setup browser
+	PYTHONPATH=tests $(VENV)/bin/python tests/screenshots.py
 
 bench: setup
 	$(PY) -m benchmarks

@@ -8,6 +8,7 @@ pieces (`load_module`, `entry_inputs`, `check`, `compare_gradients`) serve the t
 from __future__ import annotations
 
 import copy
+import html
 import inspect
 import re
 import types
@@ -49,7 +50,19 @@ class CheckReport:
         return EXIT_OK if self.ok else EXIT_MISMATCH
 
     def table(self) -> str:
+        """The lines ``--check`` prints on stderr."""
         return "\n".join(self.lines) + "\n"
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        bad = len(self.mismatches)
+        verdict = "all match" if not bad else f"{bad} differ"
+        return f"<CheckReport: {len(self.comparisons)} leaves compared, {verdict}>"
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.table())}</pre>"
 
 
 def check_export(

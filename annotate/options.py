@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["MAIN", "Options", "ReviewOptions"]
 
@@ -80,7 +82,8 @@ class ReviewOptions:
     kwargs: str | None = None
     setup: str | None = None
     port_entry: str | None = None
-    params_map: str | None = None
+    params_map: str | Mapping[str, str] | None = None
+    """A file defining ``PARAMS_MAP``; from Python, the dict itself too."""
     port_weights: str | None = None
     rtol: float = 1e-5
     atol: float = 1e-6
@@ -98,6 +101,6 @@ class ReviewOptions:
         return cls(**_fields(cls, namespace))
 
 
-def _fields(cls: type, namespace: argparse.Namespace) -> dict[str, object]:
+def _fields(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:
     given = vars(namespace)
     return {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}

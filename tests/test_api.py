@@ -75,6 +75,7 @@ def test_check_passes_on_the_export_and_fails_on_a_broken_one(mlp):
     report = exported.check()
     assert report.ok and report.comparisons and all(c.ok for c in report.comparisons)
     table = report.table()
+    assert str(report) == table and repr(report) == "<CheckReport: 3 leaves compared, all match>"
     assert "on the example inputs" in table and "at a smaller shape" in table and "at a larger shape" in table
     assert "MISMATCH" not in table
 
@@ -102,9 +103,13 @@ def test_write_follows_the_command_lines_overwrite_rules(mlp, tmp_path):
         exported.write(SAMPLES / "mlp.py")
 
 
-def test_annotate_source_is_the_command_lines_comments_and_map(mlp):
+@pytest.fixture(scope="module")
+def annotated(mlp):
     model, x, _ = mlp
-    annotated = jaxside.annotate_source(model, x)
+    return jaxside.annotate_source(model, x)
+
+
+def test_annotate_source_is_the_command_lines_comments_and_map(annotated):
     golden = (ROOT / "tests" / "golden" / "annotate" / "mlp.py").read_text(encoding="utf-8")
     assert annotated.text == golden and Path(annotated.file) == SAMPLES / "mlp.py"
     assert annotated.map["schema"] == "jaxside.map/1" and annotated.map["entry"] == "MLP"
@@ -132,9 +137,14 @@ def test_review_of_a_correct_port_passes(mlp, port):
     assert report.text().endswith("outputs match\n")
 
 
-def test_review_of_a_planted_bug_names_its_line_first(mlp, port):
+@pytest.fixture(scope="module")
+def broken_review(mlp, port):
     model, x, _ = mlp
-    report = jaxside.review(model, port.forward_relu, x)
+    return jaxside.review(model, port.forward_relu, x)
+
+
+def test_review_of_a_planted_bug_names_its_line_first(broken_review):
+    report = broken_review
     assert not report.ok
     first = report.first_divergence
     port_lines = (PORTS / "mlp_port.py").read_text().splitlines()
@@ -148,16 +158,12 @@ def test_review_of_a_planted_bug_names_its_line_first(mlp, port):
     assert [row.ok for row in report.rows if row.torch[1] == gelu] == [False]
 
 
-def test_ipython_shows_each_object_as_a_page_and_a_line(mlp, port):
+def test_ipython_shows_each_object_as_a_page_and_a_line(mlp, annotated, broken_review):
     from IPython.core.formatters import DisplayFormatter
 
-    model, x, exported = mlp
+    exported = mlp[2]
     shown = DisplayFormatter().format
-    objects = {
-        "Export": exported,
-        "Annotated": jaxside.annotate_source(model, x),
-        "Review": jaxside.review(model, port.forward_relu, x),
-    }
+    objects = {"Export": exported, "Annotated": annotated, "Review": broken_review}
     for kind, value in objects.items():
         formats, _ = shown(value)
         plain, page = formats["text/plain"], formats["text/html"]
@@ -167,6 +173,7 @@ def test_ipython_shows_each_object_as_a_page_and_a_line(mlp, port):
     assert "outputs DIVERGE, first divergence at mlp.py:17" in repr(objects["Review"])
     # The page is the module's own statements beside the torch lines.
     page = html.unescape(objects["Export"]._repr_html_().partition('srcdoc="')[2])
+    assert page.startswith(exported.page())  # the page --html writes, in a frame
     text = html.unescape(re.sub("<[^>]+>", "", page))
     assert 'h @ params["head"]["weight"].T + params["head"]["bias"]' in text
 
@@ -200,3 +207,16 @@ def test_the_api_and_the_command_line_share_one_set_of_option_names():
             keywords = {p.name for p in inspect.signature(function).parameters.values()
                         if p.kind is p.KEYWORD_ONLY}
             assert keywords and keywords <= fields, (function.__name__, keywords - fields)
+
+
+def test_review_takes_the_weight_mapping_as_a_dict(mlp, port):
+    """`params_map` (``--params-map FILE``) given as the dict itself: the two hidden biases swapped
+    make the port diverge at the first layer, and the mapping says so."""
+    model, x, _ = mlp
+    swapped = {"params['fc1']['bias']": "fc2.bias", "params['fc2']['bias']": "fc1.bias"}
+    report = jaxside.review(model, port.forward, x, params_map=swapped)
+    assert not report.ok and report.weights["params['fc1']['bias']"] == "fc2.bias"
+    assert report.weights["params['fc1']['weight']"] == "fc1.weight"  # the others still guessed
+    lines = (SAMPLES / "mlp.py").read_text().splitlines()
+    gelu = next(n for n, line in enumerate(lines, 1) if "F.gelu" in line)
+    assert report.first_divergence.torch == (str(SAMPLES / "mlp.py"), gelu)

@@ -52,11 +52,16 @@ class Annotated:
                 f"{len(self.map['lines'])} in the map over {len(self._files.lines)} file"
                 f"{'s' if len(self._files.lines) != 1 else ''}>")
 
-    def _repr_html_(self) -> str:
+    def page(self) -> str:
+        """The side-by-side page of `file` (what ``annotate FILE --html PATH`` writes)."""
         from jaxside.render.html import side_by_side
+
+        return side_by_side(self.program, self.file, shapes=self.options.shapes)
+
+    def _repr_html_(self) -> str:
         from jaxside.render.html.page import framed
 
-        return framed(side_by_side(self.program, self.file, shapes=self.options.shapes))
+        return framed(self.page())
 
 
 def annotate_source(

@@ -14,10 +14,13 @@ import dataclasses
 import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxside.annotate.api.shared import Traced, label, refuse_sources, trace_entry, watched
 from jaxside.annotate.options import Options
+
+if TYPE_CHECKING:
+    from jaxside.annotate.check import CheckReport
 
 __all__ = ["Export", "export"]
 
@@ -33,7 +36,7 @@ class Export:
         self._traced, self.options = traced, options
         self.program = traced.program
         if source is None:
-            source = module_source(traced.program, label(traced.program.trace))
+            source = module_source(traced.program, label(traced.file))
         self.source: str = source
         """The module's text, as ``annotate --export`` writes it (without the seal)."""
         self.module: types.ModuleType = load_module(self.source, "jaxside_export")
@@ -44,11 +47,13 @@ class Export:
     @property
     def forward(self) -> Callable[..., Any]:
         """The exported entry (the module's `forward`, or the def named after the traced function)."""
-        return getattr(self.module, self.program.entry.name)
+        entry: Callable[..., Any] = getattr(self.module, self.program.entry.name)
+        return entry
 
     @property
     def entry_name(self) -> str:
-        return self.program.entry.name
+        """The entry's name in the module (`forward` for a module, else the function's)."""
+        return str(self.program.entry.name)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name in ("program", "module", "options", "source"):  # not yet set
@@ -98,12 +103,16 @@ class Export:
     # -- checking and writing ------------------------------------------------------------------------
 
     def check(self, *args: Any, rtol: float | None = None, atol: float | None = None,
-              **kwargs: Any) -> Any:
+              **kwargs: Any) -> CheckReport:
         """Run the export under `jax.jit` beside torch eager and compare every leaf: on the
         example inputs (and at a smaller and a larger shape where the export is generic), or on
         the inputs given. A `CheckReport`: `.ok`, `.comparisons`, `.table()` (``--check``'s lines)."""
         from jaxside.annotate.check import check_export
+        from jaxside.annotate.errors import Failure
 
+        if self.options.abstract:
+            raise Failure("check() compares numbers with torch, and an abstract export has none",
+                          "export without abstract=True to check it")
         given = (args, kwargs) if args or kwargs else None
         rtol = self.options.rtol if rtol is None else rtol
         atol = self.options.atol if atol is None else atol
@@ -136,12 +145,17 @@ class Export:
         return (f"<Export of {program.trace.entry}: {self.entry_name}({params}), "
                 f"{len(program.functions)} defs{weights}, {sizes}, {self.source.count(chr(10))} lines>")
 
-    def _repr_html_(self) -> str:
-        """The side-by-side view of the program written: torch beside the export's statements."""
+    def page(self) -> str:
+        """The side-by-side page of the program written (what ``--export --html PATH`` writes)."""
         from jaxside.render.html import side_by_side
+
+        return side_by_side(self.program, shapes=self.options.shapes)
+
+    def _repr_html_(self) -> str:
+        """The side-by-side view in a notebook: torch beside the export's statements."""
         from jaxside.render.html.page import framed
 
-        return framed(side_by_side(self.program, shapes=self.options.shapes))
+        return framed(self.page())
 
 
 def _quiet(text: str) -> None:

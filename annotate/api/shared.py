@@ -37,7 +37,9 @@ def _say(text: str) -> None:
     print(f"jaxside: {text}", file=sys.stderr)
 
 
-def trace_entry(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any], options: Options) -> Traced:
+def trace_entry(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: Options
+) -> Traced:
     """Trace ``fn(*args, **kwargs)`` as ``annotate`` does with `options` (`watch`, `abstract`,
     sizes generic unless `static_shapes` when it exports or checks) and lower it once. The
     user's exceptions propagate as they are; the engines' warnings are kept quiet."""
@@ -67,10 +69,9 @@ def _quiet(fn: Any, watch: list[str]) -> Callable[[], contextlib.AbstractContext
     return functools.partial(library_warnings, user_code(fn, watch), _say, set())
 
 
-def label(trace: Any) -> str:
-    """The entry's file as the module's docstring names it: relative to the working directory
-    when inside it, a notebook cell by its name."""
-    file = trace.root.file
+def label(file: str) -> str:
+    """A file as the API's texts name it (the module's docstring, the review's report): relative to
+    the working directory when inside it, a notebook cell by its name."""
     if file.startswith("<"):
         return file
     with contextlib.suppress(ValueError, OSError):

@@ -60,7 +60,7 @@ def _check(options: ReviewOptions) -> None:
     from jaxside.annotate.loading import check_source
 
     for path in (options.file, options.port, options.params_map):
-        if path is not None:
+        if isinstance(path, str):
             check_source(path)
     for name, value in (("rtol", options.rtol), ("atol", options.atol)):
         if not value >= 0:

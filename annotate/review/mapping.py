@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,13 @@ def assign(port_paths: list[str], state: dict[str, Any]) -> Mapping:
     return mapping
 
 
-def read_params_map(path: str) -> dict[str, str]:
-    """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name}."""
+def read_params_map(path: str | abc.Mapping[str, str]) -> dict[str, str]:
+    """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name} (given as a
+    dict from Python: the dict)."""
+    if not isinstance(path, str):
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in path.items()):
+            raise Failure("params_map is no dict of strings", "give {port leaf path: state_dict name}")
+        return dict(path)
     namespace: dict[str, Any] = {"__file__": path}
     exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
     given = namespace.get("PARAMS_MAP")

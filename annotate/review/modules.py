@@ -3,7 +3,7 @@ function of the torch tensors that lays them out as the port holds them and runs
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, abc
 from typing import Any
 
 from jaxside.annotate.errors import Failure
@@ -86,10 +86,12 @@ def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
     return f" into {article} {port.framework} {port.name}" + (f" ({', '.join(words)})" if words else "")
 
 
-def _given(path: str, leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]) -> dict[str, Recipe]:
+def _given(given: str | abc.Mapping[str, str], leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]
+           ) -> dict[str, Recipe]:
     by_path = {leaf.path: leaf for leaf in leaves}
     recipes = {}
-    for port, text in read_params_map(path).items():
+    path = given if isinstance(given, str) else None  # a dict from Python has no file
+    for port, text in read_params_map(given).items():
         if port not in by_path:
             raise Failure(f"PARAMS_MAP names {port}, which is not a leaf of the port",
                           f"use a dotted path such as {next(iter(by_path), 'layers.0.kernel')}", file=path)

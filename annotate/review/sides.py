@@ -5,6 +5,7 @@ onto it. The command line finds the entries in files (`review.command`); the Pyt
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -180,12 +181,13 @@ def function_side(options: ReviewOptions, fn: Any, name: str, state: dict[str, A
     return trace, values, mapping
 
 
-def params_map(path: str, state: dict[str, Any]) -> dict[str, str]:
+def params_map(path: str | Mapping[str, str], state: dict[str, Any]) -> dict[str, str]:
     given = read_params_map(path)
+    file = path if isinstance(path, str) else None  # a dict from Python has no file
     for port, name in given.items():
         if name not in state:
             raise Failure(f"PARAMS_MAP maps {port} to {name!r}, which is not in the torch state_dict",
-                          f"use one of {', '.join(list(state)[:4])}, ...", file=path)
+                          f"use one of {', '.join(list(state)[:4])}, ...", file=file)
     return given
 
 
