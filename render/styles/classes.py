@@ -1,0 +1,242 @@
+"""Program -> a class-style module (Flax NNX or Equinox): one class per torch class, the defs as its
+methods, plain defs and `Config` as in the functional export, and `from_torch`, the one converter.
+
+`Style` is what a framework adds: its imports, how a class declares its attributes, how the
+converter makes its layers. The statements come from `render.styles.methods`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from jaxside.render import text as user_text
+from jaxside.render.ir import Program
+from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
+from jaxside.render.module import (
+    IMPORTS,
+    STANDARD,
+    config_class,
+    config_from_text,
+    fill,
+    import_order,
+    sizes_paragraphs,
+)
+from jaxside.render.names import snake
+from jaxside.render.styles.methods import Framework, Writer, find_layers
+from jaxside.render.styles.tree import Klass, Node, StyleError, Tree
+
+__all__ = ["Style", "render_classes"]
+
+
+class Style(Framework, Protocol):
+    name: str
+    """As the docstring says it: "Flax NNX"."""
+    base: str
+    """The classes' base: `nnx.Module`."""
+    imports: list[str]
+
+    def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
+        """The class body's lines before the methods (fields, or `__init__`)."""
+        ...
+
+    def layer_helpers(self, kinds: set[str]) -> list[str]:
+        """The converter's helpers for the framework layers used ("linear", "embed")."""
+        ...
+
+    def leaf(self, kind: str, value: str) -> str:
+        """The converter's expression for a leaf of this kind (`nnx.Param(value)` or `value`)."""
+        ...
+
+    def child_list(self, items: str) -> str:
+        ...
+
+    def finish(self, root: str, program: Program) -> list[str]:
+        """`from_torch`'s last lines, given the root's builder call."""
+        ...
+
+    def usage(self, program: Program, root: str) -> list[str]:
+        """The docstring's "Call it:" lines."""
+        ...
+
+
+def render_classes(program: Program, style: Style, *, source: str, types: dict[str, str]) -> str:
+    """The module text of `program` in `style`; `types` gives the torch class of each module path
+    (`torch.nn.modules.linear.Linear`), `source` what it was generated from."""
+    if program.entry.calls[0].module_type is None:
+        raise StyleError("the entry is a function, not a torch module: only the functional export fits it")
+    if program.written_inputs:
+        raise StyleError("the torch code writes its inputs in place: only the functional export returns them")
+    tree = Tree(program, types)
+    find_layers(tree)
+    writer = Writer(tree, style)
+    classes = tree.classes()
+    for klass in classes:
+        if klass.keywords:
+            raise StyleError(f"`{klass.name}`'s defs take per-instance flags ({', '.join(klass.keywords)}): "
+                             "not written as classes yet")
+    methods = {f.name for k in classes for f in k.methods}
+    plain = [f.node() for f in program.functions + program.helpers if f.name not in methods]
+    blocks = [_class(klass, style, writer, tree) for klass in classes]
+    blocks += ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in plain]
+    constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
+    blocks.append(_converter(tree, classes, style))
+    if program.config:
+        blocks.append(config_from_text(program, "from_torch"))
+    text = "\n".join(blocks)
+    used = {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)} | {"jnp"}
+    if program.config:
+        used.add("dataclasses")
+    standard = [IMPORTS[name] for name in STANDARD if name in used]
+    imports = sorted([line for name, line in IMPORTS.items() if name in used and name not in STANDARD]
+                     + style.imports, key=import_order)
+    top = [user_text.docstring(_docstring(program, style, tree.root.cls, source))]
+    top += ["\n".join(standard)] if standard else []
+    top.append("\n".join(imports))
+    if constants:
+        top.append("\n".join(line for c in constants for line in format_statement(c, 0, MODULE_WIDTH)))
+    if program.config:
+        top.append("\n" + config_class(program))
+    text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
+    user_text.check_compiles(text, "module")
+    return text
+
+
+def _docstring(program: Program, style: Style, root: str, source: str) -> str:
+    trace = program.trace
+    inputs = ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
+    paragraphs = [
+        f"{style.name} for {user_text.comment(source)}, exported by jaxside from one traced run (torchax).",
+        f"Traced with {inputs or 'no tensor inputs'}; non-tensor inputs are baked in as they were then.",
+        *sizes_paragraphs(program),
+        "\n".join(["Call it:", "", *style.usage(program, root)]),
+        f"One class per torch class, attributes named as in torch. `from_torch` is the one place the "
+        f"torch tensors change layout for {style.name}.",
+    ]
+    if program.config:
+        paragraphs.append(
+            "Config: the numbers the torch code read from its modules are the fields of `Config`, "
+            "the traced model's by default; for another model built the same way, pass "
+            "`config=config_from(model)` to `from_torch`."
+        )
+    if program.fallbacks:
+        names = ", ".join(sorted(program.fallbacks))
+        paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")
+    return "\n\n".join(fill(p) for p in paragraphs)
+
+
+def _class(klass: Klass, style: Style, writer: Writer, tree: Tree) -> str:
+    node = klass.nodes[0] if klass.nodes else None
+    where = f"`{node.path}`" if node is not None and node.path else "the traced model"
+    more = f" and {len(klass.nodes) - 1} more" if len(klass.nodes) > 1 else ""
+    what = "the torch module" if klass.methods else "the tensors of the torch module"
+    lines = [f"class {klass.name}({style.base}):",
+             f"    {user_text.docstring(f'`{klass.name}`: {what} at {where}{more}.', 4)}", ""]
+    lines += style.declare(klass, klass.attributes(), tree)
+    for function in klass.methods:
+        lines.append("")
+        lines += format_statement(writer.method(function), 4, MODULE_WIDTH)
+    while lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines)
+
+
+# -- from_torch --------------------------------------------------------------------------------------
+
+
+_TENSORS = '''def _tensors(model):
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
+    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        for prefix, module in model.named_modules():
+            for name, value in vars(module).items():
+                if isinstance(value, torch.Tensor):
+                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+    else:
+        tensors = dict(model)
+    arrays = {}
+    for path, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor):
+            tensor = tensor.detach().cpu()
+            if tensor.dtype == torch.bfloat16:
+                tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
+            else:
+                tensor = jnp.asarray(tensor.numpy())
+        arrays[path] = jnp.asarray(tensor)
+    return arrays
+
+
+def _count(tensors, prefix):
+    """How many numbered children (a ModuleList) the tensors have under `prefix`."""
+    numbers = {
+        path[len(prefix) :].split(".")[0] for path in tensors if path.startswith(prefix)
+    }
+    return len(numbers)'''
+
+
+@dataclass
+class _Builder:
+    name: str
+    klass: Klass
+
+
+def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
+    builders = {k.name: f"_{snake(k.name)}" for k in classes}
+    kinds = {n.layer for n in tree.nodes.values() if n.layer}
+    parts = [_TENSORS, *style.layer_helpers(kinds)]
+    for klass in classes:
+        parts.append(_builder(klass, builders, style))
+    root = f'{builders[tree.root.cls]}(tensors, "", config)'
+    doc = (f'"""The `{tree.root.cls}` holding a torch module\'s weights (the module, or its\n'
+           '`state_dict`): every layout change is made here, in the helpers it calls."""')
+    lines = ["def from_torch(model, *, config=Config()):" if tree.program.config else "def from_torch(model):",
+             f"    {doc}", "    tensors = _tensors(model)"]
+    if not tree.program.config:
+        lines.append("    config = None")
+    lines += [f"    {line}" for line in style.finish(root, tree.program)]
+    converter = "\n".join(format_statement(ast.parse("\n".join(lines)).body[0], 0, MODULE_WIDTH))
+    return "\n\n\n".join([*parts, converter])
+
+
+def _builder(klass: Klass, builders: dict[str, str], style: Style) -> str:
+    args = []
+    for name, kind, optional in klass.attributes():
+        key = user_text.literal(name)
+        if kind in ("child", "list"):
+            sample = _first(klass, name)
+            if kind == "list":
+                item = sample[0] if isinstance(sample, list) and sample else None
+                build = _build_call(item, builders, f'f"{{path}}{name}.{{i}}."') if item else "None"
+                count = f"_count(tensors, f\"{{path}}{name}.\")"
+                value = style.child_list(f"[{build} for i in range({count})]")
+            else:
+                value = _build_call(sample, builders, f'path + "{name}."') if isinstance(sample, Node) else "None"
+            if optional:
+                value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
+        else:
+            read = f"tensors.get(path + {key})" if optional else f"tensors[path + {key}]"
+            value = style.leaf(kind, read) if not optional else f"{read}"
+        args.append(f"        {name}={value},")
+    if klass.uses_config:
+        args.append("        config=config,")
+    body = "\n".join(args)
+    signature = f"def {builders[klass.name]}(tensors, path, config):"
+    doc = f'    """`{klass.name}` from the tensors under `path`."""'
+    text = f"{signature}\n{doc}\n    return {klass.name}(\n{body}\n    )"
+    lines = format_statement(ast.parse(text).body[0], 0, MODULE_WIDTH)
+    return re.sub(r"f'([^'\"]*)'", r'f"\1"', "\n".join(lines))
+
+
+def _first(klass: Klass, name: str) -> Node | list[Node] | None:
+    return next((n.children[name] for n in klass.nodes if name in n.children), None)
+
+
+def _build_call(node: Node, builders: dict[str, str], path: str) -> str:
+    if node.layer is not None:
+        return f"_{node.layer}_layer(tensors, {path})"
+    return f"{builders[node.cls]}(tensors, {path}, config)"

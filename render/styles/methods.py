@@ -1,0 +1,448 @@
+"""A def of the functional export as a method of its class: `params["wq"]["weight"]` reads become the
+module's own attributes, calls of child defs `self.child(...)` calls, and the `state` the functional
+defs thread through becomes each framework's own (NNX variables written in place, Equinox's `State`).
+
+The statements are the Program's, copied: idioms, names, sizes and the config read as they do in
+the functional export. `Framework` is what differs between the styles.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jaxside.render.ir import Function, Loop, Statement, named
+from jaxside.render.styles.tree import EMBEDDING, LINEAR, Node, StyleError, Tree
+
+__all__ = ["Framework", "Writer", "find_layers"]
+
+
+class Framework(Protocol):
+    threads_state: bool
+    """Equinox: stateful methods take `state` last and return `(output, state)`."""
+
+    def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
+        """A leaf of kind "param"/"buffer"/"state" at `ref` (`self.weight`), `indexed` when the
+        expression using it subscripts it at once."""
+        ...
+
+    def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:
+        """The statement storing a new value of the state leaf at `ref`."""
+        ...
+
+
+def _chain(node: ast.expr) -> tuple[str, list[str | int]] | None:
+    """`params["a"][0]["b"]` as ("params", ["a", 0, "b"]); None when not such a chain."""
+    keys: list[str | int] = []
+    while isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
+            node.slice.value, (str, int)):
+        keys.append(node.slice.value)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id, keys[::-1]
+    return None
+
+
+def _ref(base: ast.expr, keys: list[str | int]) -> ast.expr:
+    node = base
+    for key in keys:
+        node = ast.Subscript(node, ast.Constant(key), ast.Load()) if isinstance(key, int) else ast.Attribute(
+            node, key, ast.Load())
+    return node
+
+
+def _walk(node: Node | list[Node] | None, keys: list[str | int]) -> Node | list[Node] | str | None:
+    """What `keys` reach from `node`: a node, a list of nodes, a leaf's name (str), or None."""
+    for position, key in enumerate(keys):
+        if isinstance(node, list):
+            if not isinstance(key, int) or key >= len(node):
+                return None
+            node = node[key]
+        elif isinstance(node, Node):
+            if isinstance(key, str) and key in node.leaves and position == len(keys) - 1:
+                return f"leaf:{key}"
+            node = node.children.get(key) if isinstance(key, str) else None
+        else:
+            return None
+    return node
+
+
+@dataclass
+class _Scope:
+    """Where a def's names point: `params`/`state` at its own node, loop variables at a list item."""
+
+    aliases: dict[str, Node | list[Node]] = field(default_factory=dict)
+    state_names: set[str] = field(default_factory=set)
+
+
+def _layer_match(expr: ast.AST, resolve) -> tuple[str, list, ast.expr, ast.expr] | None:
+    """(kind, chain of the module, input) when `expr` is exactly a Linear or an Embedding."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        inner = _layer_match(expr.left, resolve)
+        bias = _chain(expr.right)
+        if inner and inner[0] == "linear" and bias and bias[0] == inner[1][0] and bias[1] == [
+                *inner[1][1], "bias"]:
+            return ("linear_bias", inner[1], inner[2], expr)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult) and isinstance(
+            expr.right, ast.Attribute) and expr.right.attr == "T":
+        weight = _chain(expr.right.value)
+        if weight and weight[1] and weight[1][-1] == "weight":
+            return ("linear", (weight[0], weight[1][:-1]), expr.left, expr)
+    if (isinstance(expr, ast.Call) and ast.unparse(expr.func) == "jnp.take" and len(expr.args) == 2
+            and [ast.unparse(k) for k in expr.keywords] == ["axis=0"]):
+        weight = _chain(expr.args[0])
+        if weight and weight[1] and weight[1][-1] == "weight":
+            return ("embed", (weight[0], weight[1][:-1]), expr.args[1], expr)
+    return None
+
+
+def find_layers(tree: Tree) -> None:
+    """Mark the torch Linear and Embedding modules whose every read is that layer's computation
+    (`x @ w.T + b`, `jnp.take(w, idx, axis=0)`) as framework layers (`Node.layer`)."""
+    matched: dict[str, str] = {}
+    raw: set[str] = set()
+    for function, node in ((f, tree.nodes.get(p)) for f in tree.program.functions
+                           for p in dict.fromkeys(c.module_path for c in f.calls) if p is not None):
+        if node is None or function.calls[0].module_type is None:
+            continue
+        scope = _loop_aliases(function, node, tree)
+
+        def nodes_of(chain: tuple[str, list]) -> list[Node]:
+            base = scope.get(chain[0])
+            found = _walk(base, chain[1]) if base is not None else None
+            if isinstance(found, Node):
+                return [found]
+            if isinstance(found, list):
+                return found
+            return []
+
+        returns = [Statement([], function.returns, [], None)] if function.returns is not None else []
+        for statement in _all(function.body) + returns:
+            for expr in ast.walk(statement.node()):
+                match = _layer_match(expr, None)
+                if match is not None:
+                    kind = "linear" if match[0].startswith("linear") else "embed"
+                    for hit in nodes_of(match[1]):
+                        has_bias = "bias" in hit.leaves
+                        if kind == "linear" and has_bias != (match[0] == "linear_bias"):
+                            raw.add(hit.path)
+                            continue
+                        if matched.setdefault(hit.path, kind) != kind:
+                            raw.add(hit.path)
+            for expr in ast.walk(statement.node()):
+                chain = _chain(expr) if isinstance(expr, ast.Subscript) else None
+                if chain is not None:
+                    parent = chain[0], chain[1][:-1]
+                    for hit in nodes_of(parent):
+                        if chain[1] and chain[1][-1] in hit.leaves and not _inside_layer(statement, expr):
+                            raw.add(hit.path)
+    for path, kind in matched.items():
+        node = tree.nodes[path]
+        want = LINEAR if kind == "linear" else EMBEDDING
+        if path not in raw and node.torch_type == want and not node.children and node.path:
+            node.layer = kind
+    places: dict[tuple[str, str], list[Node]] = {}  # a class's code is shared: all its instances or none
+    for owner in tree.nodes.values():
+        for name, child in owner.children.items():
+            for item in child if isinstance(child, list) else [child]:
+                places.setdefault((owner.cls, name), []).append(item)
+    for items in places.values():
+        if len({item.layer for item in items}) > 1:
+            for item in items:
+                item.layer = None
+
+
+def _inside_layer(statement: Statement, target: ast.expr) -> bool:
+    for expr in ast.walk(statement.node()):
+        match = _layer_match(expr, None)
+        if match is not None:
+            inner = [n for n in ast.walk(match[3]) if n is not match[2] and not _within(n, match[2])]
+            if any(ast.dump(n) == ast.dump(target) for n in inner):
+                return True
+    return False
+
+
+def _within(node: ast.AST, container: ast.AST) -> bool:
+    return any(n is node for n in ast.walk(container))
+
+
+def _all(statements: list[Statement]) -> list[Statement]:
+    found: list[Statement] = []
+    for statement in statements:
+        found.append(statement)
+        if isinstance(statement, Loop):
+            found += _all(statement.body)
+    return found
+
+
+def _loop_aliases(function: Function, node: Node, tree: Tree) -> dict[str, Node | list[Node]]:
+    """`params`, `state` and the loop variables over a list of modules, each to what it holds."""
+    scope: dict[str, Node | list[Node]] = {"params": node, "state": node}
+    for statement in _all(function.body):
+        if isinstance(statement, Loop) and statement.loop_target is not None:
+            for name, items in _loop_modules(statement, scope):
+                scope[name] = items
+    return scope
+
+
+def _loop_modules(loop: Loop, scope: dict) -> list[tuple[str, list[Node]]]:
+    """The loop variables bound to list items: `layer` in `zip(params["layers"], state["layers"])`."""
+    iterable, target = loop.iterable, loop.loop_target
+    sources = iterable.args if isinstance(iterable, ast.Call) and ast.unparse(iterable.func) == "zip" else [
+        iterable]
+    names = target.elts if isinstance(target, ast.Tuple) and len(sources) > 1 else [target]
+    found = []
+    for source, name in zip(sources, names, strict=False):
+        chain = _chain(source) if source is not None else None
+        if chain is None or not isinstance(name, ast.Name):
+            continue
+        base = scope.get(chain[0])
+        items = _walk(base, chain[1]) if base is not None else None
+        if isinstance(items, list):
+            found.append((name.id, items))
+    return found
+
+
+class Writer:
+    """Writes the methods of one class from its defs, for one framework."""
+
+    def __init__(self, tree: Tree, framework: Framework) -> None:
+        self.tree = tree
+        self.framework = framework
+        self.defs = {f.name: f for f in tree.program.functions}
+        self.config = tree.config_name
+
+    def method_name(self, function: Function) -> str:
+        """`__call__` for the torch `forward` (the first def of it), else the torch method's name."""
+        method = function.calls[0].function.rpartition(".")[2]
+        klass = self.tree.methods.get(function.calls[0].module_type or "")
+        if klass is None:
+            return function.name
+        same = [f for f in klass.methods if f.calls[0].function.rpartition(".")[2] == method]
+        if len(same) > 1 and same[0] is not function:
+            return function.name
+        return "__call__" if method == "forward" else method
+
+    def method(self, function: Function) -> ast.FunctionDef:
+        self._current = function
+        node = self.tree.nodes[function.calls[0].module_path or ""]
+        scope = _Scope(dict(_loop_aliases(function, node, self.tree)))
+        scope.aliases.pop("params")
+        scope.aliases.pop("state")
+        scope.aliases["params"] = node
+        scope.aliases["state"] = node
+        body = [s for s in (self._statement(s, function, scope) for s in function.body) if s is not None]
+        returns = copy.deepcopy(function.returns)
+        updates: list[Statement] = []
+        if function.state_out and isinstance(returns, ast.Tuple) and len(returns.elts) == 2:
+            updates = self._updates(returns.elts[1], [], scope)
+            returns = returns.elts[0]
+        returns = self._expr(returns, function, scope) if returns is not None else None
+        stateful = self.framework.threads_state and self._stateful(function)
+        if stateful:
+            returns = ast.Tuple([returns or ast.Constant(None), named("state")], ast.Load())
+        skip = int(function.uses_params) + int(function.uses_state)
+        params = ["self", *function.params[skip:], *(["state"] if stateful else [])]
+        tree = Function(self.method_name(function), function.calls, params, body + updates, returns,
+                        function.scope, doc=function.doc).node()
+        return tree
+
+    def _stateful(self, function: Function) -> bool:
+        return function.uses_state
+
+    # -- statements ------------------------------------------------------------------------------
+
+    def _statement(self, statement: Statement, function: Function, scope: _Scope) -> Statement | None:
+        statement = copy.copy(statement)
+        if isinstance(statement, Loop):
+            return self._loop(statement, function, scope)
+        value = statement.value
+        names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        stores = statement.targets
+        if stores and set(stores) <= scope.state_names:
+            return None
+        if isinstance(value, ast.List) and not value.elts and statement.targets and self._accumulates(
+                statement.targets[0], function, scope):
+            scope.state_names.add(statement.targets[0])
+            return None
+        if not stores and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and (
+                value.func.attr == "append" and names & scope.state_names):
+            return None
+        callee = self.defs.get(value.func.id) if isinstance(value, ast.Call) and isinstance(
+            value.func, ast.Name) else None
+        target = statement.target
+        if target is None and len(stores) == 2:
+            target = ast.Tuple([named(t, ast.Store()) for t in stores], ast.Store())
+        if callee is not None and callee.state_out:
+            if not isinstance(target, ast.Tuple) or len(target.elts) != 2:
+                raise StyleError(f"`{ast.unparse(value)}`: a call returning state without its own statement")
+            state_target = target.elts[1]
+            if isinstance(state_target, ast.Name):
+                scope.state_names.add(state_target.id)
+            out = target.elts[0]
+            if self.framework.threads_state:
+                target = ast.Tuple([out, named("state", ast.Store())], ast.Store())
+            else:
+                target = out
+            statement.target = target
+            statement.targets = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        statement.value = self._expr(value, function, scope)
+        if statement.target is not None and isinstance(statement.target, ast.Name):
+            statement.targets, statement.target = [statement.target.id], None
+        return statement
+
+    def _accumulates(self, name: str, function: Function, scope: _Scope) -> bool:
+        for statement in _all(function.body):
+            value = statement.value
+            if (not statement.targets and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                    and value.func.attr == "append" and ast.unparse(value.func.value) == name):
+                return True
+        return False
+
+    def _loop(self, loop: Loop, function: Function, scope: _Scope) -> Statement | None:
+        loop = copy.copy(loop)
+        bound = _loop_modules(loop, scope.aliases)
+        if bound:  # `for layer, layer_state in zip(params["layers"], state["layers"])`: `for layer in self.layers`
+            name, _ = bound[0]
+            iterable = loop.iterable
+            source = iterable.args[0] if isinstance(iterable, ast.Call) else iterable
+            chain = _chain(source) if source is not None else None
+            assert chain is not None
+            loop.iterable = self._module_ref(chain, scope)
+            if isinstance(loop.loop_target, ast.Tuple):
+                scope.state_names |= {e.id for e in loop.loop_target.elts[1:] if isinstance(e, ast.Name)}
+            loop.loop_target = named(name, ast.Store())
+        else:
+            loop.iterable = self._expr(loop.iterable, function, scope) if loop.iterable else None
+        loop.body = [s for s in (self._statement(s, function, scope) for s in loop.body) if s is not None]
+        return loop
+
+    # -- expressions -----------------------------------------------------------------------------
+
+    def _module_ref(self, chain: tuple[str, list], scope: _Scope) -> ast.expr:
+        base = named("self") if chain[0] in ("params", "state") else named(chain[0])
+        return _ref(base, chain[1])
+
+    def _expr(self, value: ast.expr, function: Function, scope: _Scope) -> ast.expr:
+        writer = self
+
+        class Rewrite(ast.NodeTransformer):
+            def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+                return writer._layer(node, scope) or self.generic_visit(node)
+
+            def visit_Call(self, node: ast.Call) -> ast.expr:
+                layer = writer._layer(node, scope)
+                if layer is not None:
+                    return layer
+                self.generic_visit(node)
+                if isinstance(node.func, ast.Name) and node.func.id in writer.defs:
+                    return writer._call(node, writer.defs[node.func.id], function, scope)
+                return node
+
+            def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
+                chain = _chain(node)
+                if chain is not None and chain[0] in scope.aliases:
+                    return writer._leaf(chain, scope, indexed=False) or node
+                inner = _chain(node.value)
+                if inner is not None and inner[0] in scope.aliases:
+                    leaf = writer._leaf(inner, scope, indexed=True)
+                    if leaf is not None:
+                        node.value = leaf
+                        node.slice = self.visit(node.slice)
+                        return node
+                return self.generic_visit(node)
+
+            def visit_Name(self, node: ast.Name) -> ast.expr:
+                if node.id == writer.config or node.id in writer._flags(function):
+                    return ast.Attribute(named("self"), node.id, ast.Load())
+                return node
+
+        return Rewrite().visit(copy.deepcopy(value))
+
+    def _flags(self, function: Function) -> set[str]:
+        return {k.name for k in function.keywords if k.name != self.config}
+
+    def _leaf(self, chain: tuple[str, list], scope: _Scope, *, indexed: bool) -> ast.expr | None:
+        base = scope.aliases[chain[0]]
+        found = _walk(base, chain[1])
+        if isinstance(found, str):
+            owner = _walk(base, chain[1][:-1])
+            kind = owner.leaves[chain[1][-1]] if isinstance(owner, Node) else "param"
+            return self.framework.read(self._module_ref(chain, scope), kind, indexed)
+        return None
+
+    def _layer(self, node: ast.expr, scope: _Scope) -> ast.expr | None:
+        match = _layer_match(node, None)
+        if match is None:
+            return None
+        chain = match[1]
+        base = scope.aliases.get(chain[0])
+        found = _walk(base, chain[1]) if base is not None else None
+        items = found if isinstance(found, list) else [found]
+        if not items or not all(isinstance(n, Node) and n.layer for n in items):
+            return None
+        argument = self._expr(match[2], self._current, scope)
+        return ast.Call(self._module_ref(chain, scope), [argument], [])
+
+    def _call(self, call: ast.Call, callee: Function, function: Function, scope: _Scope) -> ast.expr:
+        """`attention_forward(params["attention"], state["attention"], x, ...)` as
+        `self.attention(x, ...)`; a def of no module (`apply_rotary_emb`) stays as it is."""
+        if callee.calls[0].module_type is None:
+            if callee.uses_params or callee.uses_state:
+                raise StyleError(f"`{callee.name}` reads a module's tensors but is no method of it")
+            return call
+        skip = int(callee.uses_params) + int(callee.uses_state)
+        args = call.args[skip:]
+        ref: ast.expr = named("self")
+        for arg in call.args[:skip]:
+            chain = _chain(arg) if not isinstance(arg, ast.Name) or arg.id in scope.aliases else None
+            if isinstance(arg, ast.Name) and arg.id in scope.aliases:
+                chain = (arg.id, [])
+            if chain is None:
+                raise StyleError(f"`{ast.unparse(call)}`: the module a call runs is not a path")
+            if chain[0] in scope.aliases:
+                ref = self._module_ref(chain, scope)
+                break
+        else:
+            own = function.calls[0].module_path or ""
+            path = callee.calls[0].module_path or ""
+            if skip == 0 and path != own:
+                relative = path[len(own) + 1:] if own else path
+                keys: list[str | int] = [int(k) if k.isdecimal() else k for k in relative.split(".")]
+                ref = _ref(named("self"), keys)
+        name = self.method_name(callee)
+        func = ref if name == "__call__" else ast.Attribute(ref, name, ast.Load())
+        if self.framework.threads_state and self._stateful(callee):
+            args = [*args, named("state")]
+        keywords = [k for k in call.keywords if k.arg != self.config and k.arg not in self._flags(callee)]
+        return ast.Call(func, args, keywords)
+
+    def _updates(self, tree: ast.expr, keys: list, scope: _Scope) -> list[Statement]:
+        """The writes of a def's own state leaves, from the state tree its functional twin returns."""
+        if isinstance(tree, ast.Dict):
+            found: list[Statement] = []
+            for key, value in zip(tree.keys, tree.values, strict=True):
+                if not isinstance(key, ast.Constant):
+                    raise StyleError(f"`{ast.unparse(tree)}`: a state tree with computed keys")
+                found += self._updates(value, [*keys, key.value], scope)
+            return found
+        if isinstance(tree, ast.Name) and tree.id in scope.state_names:
+            return []
+        ref = self._module_ref(("state", keys), scope)
+        write = self.framework.write(ref, self._expr(tree, self._current, scope))
+        return [_Raw([], tree, [], None, node_=write)]
+
+
+@dataclass
+class _Raw(Statement):
+    """A statement given as `ast` (a state write)."""
+
+    node_: ast.stmt | None = None
+
+    def plain(self) -> ast.stmt:
+        assert self.node_ is not None
+        return self.node_
+
+

@@ -1,0 +1,106 @@
+"""``--style nnx``: Flax NNX modules. Parameters are `nnx.Param`s, buffers the torch code only reads
+`nnx.Variable`s, buffers it writes (KV caches) `nnx.Cache`s written by assignment to `.value`;
+torch Linear and Embedding modules are `nnx.Linear` (kernel (in, out)) and `nnx.Embed`."""
+
+from __future__ import annotations
+
+import ast
+
+from jaxside.render.ir import Program
+from jaxside.render.styles.tree import Klass, Tree
+
+__all__ = ["Nnx"]
+
+_VARIABLES = {"param": "nnx.Param", "buffer": "nnx.Variable", "state": "nnx.Cache"}
+
+_LAYERS = {
+    "linear": '''def _linear_layer(tensors, path):
+    """A torch `Linear` as an `nnx.Linear`: torch keeps `weight` as (out, in), NNX's `kernel`
+    is (in, out), so it is transposed; the bias is the same."""
+    weight = tensors[path + "weight"]
+    bias = tensors.get(path + "bias")
+    layer = nnx.Linear(
+        weight.shape[1],
+        weight.shape[0],
+        use_bias=bias is not None,
+        param_dtype=weight.dtype,
+        rngs=nnx.Rngs(0),
+    )
+    layer.kernel.value = weight.T
+    if bias is not None:
+        layer.bias.value = bias
+    return layer''',
+    "embed": '''def _embed_layer(tensors, path):
+    """A torch `Embedding` as an `nnx.Embed`: its `weight` (num_embeddings, features) is
+    NNX's `embedding`, in the same layout."""
+    weight = tensors[path + "weight"]
+    layer = nnx.Embed(
+        weight.shape[0], weight.shape[1], param_dtype=weight.dtype, rngs=nnx.Rngs(0)
+    )
+    layer.embedding.value = weight
+    return layer''',
+}
+
+
+class Nnx:
+    name = "Flax NNX"
+    base = "nnx.Module"
+    imports = ["from flax import nnx"]
+    threads_state = False
+
+    def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
+        if indexed:  # `self.freqs_cis[input_pos]`: a variable indexes its value
+            return ref
+        return ast.Subscript(ref, ast.Constant(Ellipsis), ast.Load())
+
+    def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:
+        return ast.Assign([ast.Attribute(ref, "value", ast.Store())], value, lineno=0)
+
+    def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
+        required = [name for name, _, optional in attributes if not optional]
+        optional = [f"{name}=None" for name, _, optional in attributes if optional]
+        config = ["*", "config"] if klass.uses_config else []
+        params = ", ".join(["self", *required, *optional, *config])
+        lines = [f"    def __init__({params}):"]
+        if len(lines[0]) > 88:
+            lines = ["    def __init__(", *(f"        {p}," for p in params.split(", ") if p != "*"), "    ):"]
+            if klass.uses_config:
+                lines[-2:-1] = ["        *,", "        config,"]
+        for name, kind, optional in attributes:
+            if kind == "child":
+                value = name
+            elif kind == "list":
+                value = f"nnx.List({name})"
+            else:
+                value = f"{_VARIABLES[kind]}({name})"
+                if optional:
+                    value = f"None if {name} is None else {value}"
+            lines.append(f"        self.{name} = {value}")
+        if klass.uses_config:
+            lines.append("        self.config = config")
+        if not attributes and not klass.uses_config:
+            lines.append("        pass")
+        return lines
+
+    def layer_helpers(self, kinds: set[str]) -> list[str]:
+        return [_LAYERS[kind] for kind in sorted(kinds)]
+
+    def leaf(self, kind: str, value: str) -> str:
+        return value
+
+    def child_list(self, items: str) -> str:
+        return items
+
+    def finish(self, root: str, program: Program) -> list[str]:
+        return [f"return {root}"]
+
+    def usage(self, program: Program, root: str) -> list[str]:
+        args = ", ".join(program.arg_names)
+        lines = ["    model = from_torch(torch_model)  # the torch module, or its state_dict",
+                 f"    outputs = model({args})"]
+        if program.takes_state:
+            lines[-1] += "  # updates the model's nnx.Cache variables"
+        return lines
+
+
+
