@@ -32,6 +32,10 @@ __all__ = ["Style", "render_classes"]
 
 
 class Style(Framework, Protocol):
+    layers: bool
+    """Whether torch Linear and Embedding modules become the framework's layers."""
+    bottom_up: bool
+    """Whether a class comes after its children's classes (annotations that name them)."""
     name: str
     """As the docstring says it: "Flax NNX"."""
     base: str
@@ -70,9 +74,12 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     if program.written_inputs:
         raise StyleError("the torch code writes its inputs in place: only the functional export returns them")
     tree = Tree(program, types)
-    find_layers(tree)
+    if style.layers:
+        find_layers(tree)
     writer = Writer(tree, style)
     classes = tree.classes()
+    if style.bottom_up:  # field annotations name the children's classes: those come first
+        classes = _bottom_up(classes)
     for klass in classes:
         if klass.keywords:
             raise StyleError(f"`{klass.name}`'s defs take per-instance flags ({', '.join(klass.keywords)}): "
@@ -102,6 +109,27 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
     user_text.check_compiles(text, "module")
     return text
+
+
+def _bottom_up(classes: list[Klass]) -> list[Klass]:
+    by_name = {k.name: k for k in classes}
+    done: dict[str, Klass] = {}
+
+    def visit(klass: Klass) -> None:
+        if klass.name in done:
+            return
+        done[klass.name] = klass  # marked first: a class reaching itself is no cycle to follow
+        for node in klass.nodes:
+            for child in node.children.values():
+                for item in child if isinstance(child, list) else [child]:
+                    if item.cls in by_name:
+                        visit(by_name[item.cls])
+        done.pop(klass.name)
+        done[klass.name] = klass
+
+    for klass in classes:
+        visit(klass)
+    return list(done.values())
 
 
 def _docstring(program: Program, style: Style, root: str, source: str) -> str:

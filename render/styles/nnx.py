@@ -47,6 +47,8 @@ class Nnx:
     base = "nnx.Module"
     imports = ["from flax import nnx"]
     threads_state = False
+    layers = True
+    bottom_up = False
 
     def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
         if indexed:  # `self.freqs_cis[input_pos]`: a variable indexes its value
