@@ -27,7 +27,6 @@ from jaxside.render.ir import Program
 from jaxside.tracing import example_key, is_key, plain_output, random_outputs
 from jaxside.tracing.trace import Trace
 
-
 Runner = Callable[[types.ModuleType, Program, Any, tuple, dict], tuple[Any, Any]]
 """How a module export is run for ``--check``: (module, program, torch entry, args, kwargs) ->
 (outputs, new state as a tree of dicts and lists by buffer path, or None)."""

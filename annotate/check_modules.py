@@ -49,7 +49,8 @@ def _lists(node: Any) -> Any:
     return {k: _lists(v) for k, v in node.items()}
 
 
-def _run_nnx(module: types.ModuleType, program: Program, fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+def _run_nnx(module: types.ModuleType, program: Program, fn: Any, args: tuple,
+             kwargs: dict) -> tuple[Any, Any]:
     from flax import nnx
 
     model = module.from_torch(fn)  # before torch runs: it may write its buffers
@@ -67,7 +68,8 @@ def _run_nnx(module: types.ModuleType, program: Program, fn: Any, args: tuple, k
     return outputs, _tree({path: _at(model, path)[...] for path in program.state_paths})
 
 
-def _run_equinox(module: types.ModuleType, program: Program, fn: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+def _run_equinox(module: types.ModuleType, program: Program, fn: Any, args: tuple,
+                 kwargs: dict) -> tuple[Any, Any]:
     import equinox as eqx
 
     built = module.from_torch(fn)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-
 import argparse
 import contextlib
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -89,8 +88,8 @@ def _review(options: ReviewOptions, status: Status) -> int:
     with stdout_to_stderr():
         status.phase(f"tracing {Path(options.file).name}")
         entry = find_entry(load_file(options.file), options)
-        review = review_entries(options, entry, lambda torch_entry: _port_entry(options, torch_entry, entry.fn),
-                                status.phase)
+        review = review_entries(options, entry,
+                                lambda torch_entry: _port_entry(options, torch_entry, entry.fn), status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:

@@ -222,8 +222,9 @@ def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
     root = f'{builders[tree.root.cls]}(tensors, "", config)'
     doc = (f'"""The `{tree.root.cls}` holding a torch module\'s weights (the module, or its\n'
            '`state_dict`): every layout change is made here, in the helpers it calls."""')
-    lines = ["def from_torch(model, *, config=Config()):" if tree.program.config else "def from_torch(model):",
-             f"    {doc}", "    tensors = _tensors(model)"]
+    keyword = ", *, config=Config()" if tree.program.config else ""
+    signature = f"def from_torch(model{keyword}):"
+    lines = [signature, f"    {doc}", "    tensors = _tensors(model)"]
     if not tree.program.config:
         lines.append("    config = None")
     lines += [f"    {line}" for line in style.finish(root, tree.program)]
@@ -243,7 +244,9 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style) -> str:
                 count = f"_count(tensors, f\"{{path}}{name}.\")"
                 value = style.child_list(f"[{build} for i in range({count})]")
             else:
-                value = _build_call(sample, builders, f'path + "{name}."') if isinstance(sample, Node) else "None"
+                value = "None"
+                if isinstance(sample, Node):
+                    value = _build_call(sample, builders, f'path + "{name}."')
             if optional:
                 value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
         else:

@@ -38,7 +38,8 @@ class Equinox:
                 annotation = _class_of(child)
             elif kind == "list":
                 items = next((n.children[name] for n in klass.nodes if name in n.children), [])
-                annotation = f"list[{_class_of(items[0]) if isinstance(items, list) and items else 'eqx.Module'}]"
+                first = items[0] if isinstance(items, list) and items else None
+                annotation = f"list[{_class_of(first)}]"
             elif kind == "state":
                 annotation = "eqx.nn.StateIndex"
             else:

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jaxside.render.ir import Function, Loop, Statement, named
+from jaxside.render.ir import Define, Function, Loop, Statement, named
 from jaxside.render.styles.tree import EMBEDDING, LINEAR, Node, StyleError, Tree
 
 __all__ = ["Framework", "Writer", "find_layers"]
@@ -77,25 +77,43 @@ class _Scope:
     state_names: set[str] = field(default_factory=set)
 
 
-def _layer_match(expr: ast.AST, resolve) -> tuple[str, list, ast.expr, ast.expr] | None:
-    """(kind, chain of the module, input) when `expr` is exactly a Linear or an Embedding."""
+@dataclass
+class _Match:
+    """An expression that is exactly a torch layer's computation: `kind` ("linear", "linear_bias",
+    "embed"), the chain to the module (`("params", ["wqkv"])`), its input and the whole expression."""
+
+    kind: str
+    module: tuple[str, list[str | int]]
+    argument: ast.expr
+    expr: ast.expr
+
+
+def _layer_match(expr: ast.AST) -> _Match | None:
+    """How `expr` is exactly a Linear (`x @ w.T`, `x @ w.T + b`) or an Embedding
+    (`jnp.take(w, idx, axis=0)`), if it is."""
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-        inner = _layer_match(expr.left, resolve)
+        inner = _layer_match(expr.left)
         bias = _chain(expr.right)
-        if inner and inner[0] == "linear" and bias and bias[0] == inner[1][0] and bias[1] == [
-                *inner[1][1], "bias"]:
-            return ("linear_bias", inner[1], inner[2], expr)
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult) and isinstance(
-            expr.right, ast.Attribute) and expr.right.attr == "T":
+        if inner and inner.kind == "linear" and bias == (inner.module[0], [*inner.module[1], "bias"]):
+            return _Match("linear_bias", inner.module, inner.argument, expr)
+    if (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult)
+            and isinstance(expr.right, ast.Attribute) and expr.right.attr == "T"):
         weight = _chain(expr.right.value)
         if weight and weight[1] and weight[1][-1] == "weight":
-            return ("linear", (weight[0], weight[1][:-1]), expr.left, expr)
+            return _Match("linear", (weight[0], weight[1][:-1]), expr.left, expr)
     if (isinstance(expr, ast.Call) and ast.unparse(expr.func) == "jnp.take" and len(expr.args) == 2
             and [ast.unparse(k) for k in expr.keywords] == ["axis=0"]):
         weight = _chain(expr.args[0])
         if weight and weight[1] and weight[1][-1] == "weight":
-            return ("embed", (weight[0], weight[1][:-1]), expr.args[1], expr)
+            return _Match("embed", (weight[0], weight[1][:-1]), expr.args[1], expr)
     return None
+
+
+def _matches(tree: ast.AST) -> list[_Match]:
+    """The layer computations in `tree`, a `x @ w.T + b` once (not again as its `x @ w.T`)."""
+    found = [m for m in map(_layer_match, ast.walk(tree)) if m is not None]
+    biased = {id(m.expr.left) for m in found if m.kind == "linear_bias" and isinstance(m.expr, ast.BinOp)}
+    return [m for m in found if id(m.expr) not in biased]
 
 
 def find_layers(tree: Tree) -> None:
@@ -103,41 +121,13 @@ def find_layers(tree: Tree) -> None:
     (`x @ w.T + b`, `jnp.take(w, idx, axis=0)`) as framework layers (`Node.layer`)."""
     matched: dict[str, str] = {}
     raw: set[str] = set()
-    for function, node in ((f, tree.nodes.get(p)) for f in tree.program.functions
-                           for p in dict.fromkeys(c.module_path for c in f.calls) if p is not None):
-        if node is None or function.calls[0].module_type is None:
+    for function in tree.program.functions:
+        if function.calls[0].module_type is None:
             continue
-        scope = _loop_aliases(function, node, tree)
-
-        def nodes_of(chain: tuple[str, list]) -> list[Node]:
-            base = scope.get(chain[0])
-            found = _walk(base, chain[1]) if base is not None else None
-            if isinstance(found, Node):
-                return [found]
-            if isinstance(found, list):
-                return found
-            return []
-
-        returns = [Statement([], function.returns, [], None)] if function.returns is not None else []
-        for statement in _all(function.body) + returns:
-            for expr in ast.walk(statement.node()):
-                match = _layer_match(expr, None)
-                if match is not None:
-                    kind = "linear" if match[0].startswith("linear") else "embed"
-                    for hit in nodes_of(match[1]):
-                        has_bias = "bias" in hit.leaves
-                        if kind == "linear" and has_bias != (match[0] == "linear_bias"):
-                            raw.add(hit.path)
-                            continue
-                        if matched.setdefault(hit.path, kind) != kind:
-                            raw.add(hit.path)
-            for expr in ast.walk(statement.node()):
-                chain = _chain(expr) if isinstance(expr, ast.Subscript) else None
-                if chain is not None:
-                    parent = chain[0], chain[1][:-1]
-                    for hit in nodes_of(parent):
-                        if chain[1] and chain[1][-1] in hit.leaves and not _inside_layer(statement, expr):
-                            raw.add(hit.path)
+        for path in dict.fromkeys(c.module_path for c in function.calls):
+            node = tree.nodes.get(path or "")
+            if node is not None:
+                _reads(function, _loop_aliases(function, node, tree), matched, raw)
     for path, kind in matched.items():
         node = tree.nodes[path]
         want = LINEAR if kind == "linear" else EMBEDDING
@@ -154,18 +144,33 @@ def find_layers(tree: Tree) -> None:
                 item.layer = None
 
 
-def _inside_layer(statement: Statement, target: ast.expr) -> bool:
-    for expr in ast.walk(statement.node()):
-        match = _layer_match(expr, None)
-        if match is not None:
-            inner = [n for n in ast.walk(match[3]) if n is not match[2] and not _within(n, match[2])]
-            if any(ast.dump(n) == ast.dump(target) for n in inner):
-                return True
-    return False
+def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dict[str, str],
+           raw: set[str]) -> None:
+    """Note each module whose tensors `function` reads as a layer computes (`matched`, by path) and
+    each it reads any other way (`raw`)."""
 
+    def nodes_of(chain: tuple[str, list[str | int]]) -> list[Node]:
+        base = scope.get(chain[0])
+        found = _walk(base, chain[1]) if base is not None else None
+        return [found] if isinstance(found, Node) else found if isinstance(found, list) else []
 
-def _within(node: ast.AST, container: ast.AST) -> bool:
-    return any(n is node for n in ast.walk(container))
+    returns = [Statement([], function.returns, [], None)] if function.returns is not None else []
+    for statement in _all(function.body) + returns:
+        tree = statement.node()
+        inside: set[int] = set()
+        for match in _matches(tree):
+            argument = {id(n) for n in ast.walk(match.argument)}
+            inside |= {id(n) for n in ast.walk(match.expr) if id(n) not in argument}
+            kind = "embed" if match.kind == "embed" else "linear"
+            for hit in nodes_of(match.module):
+                if kind == "linear" and ("bias" in hit.leaves) != (match.kind == "linear_bias"):
+                    raw.add(hit.path)
+                elif matched.setdefault(hit.path, kind) != kind:
+                    raw.add(hit.path)
+        for expr in ast.walk(tree):
+            chain = _chain(expr) if isinstance(expr, ast.Subscript) else None
+            if chain is not None and chain[1] and id(expr) not in inside:
+                raw |= {hit.path for hit in nodes_of((chain[0], chain[1][:-1])) if chain[1][-1] in hit.leaves}
 
 
 def _all(statements: list[Statement]) -> list[Statement]:
@@ -213,6 +218,7 @@ class Writer:
         self.framework = framework
         self.defs = {f.name: f for f in tree.program.functions}
         self.config = tree.config_name
+        self._current: Function = tree.program.entry
 
     def method_name(self, function: Function) -> str:
         """`__call__` for the torch `forward` (the first def of it), else the torch method's name."""
@@ -228,11 +234,7 @@ class Writer:
     def method(self, function: Function) -> ast.FunctionDef:
         self._current = function
         node = self.tree.nodes[function.calls[0].module_path or ""]
-        scope = _Scope(dict(_loop_aliases(function, node, self.tree)))
-        scope.aliases.pop("params")
-        scope.aliases.pop("state")
-        scope.aliases["params"] = node
-        scope.aliases["state"] = node
+        scope = _Scope(_loop_aliases(function, node, self.tree))
         body = [s for s in (self._statement(s, function, scope) for s in function.body) if s is not None]
         returns = copy.deepcopy(function.returns)
         updates: list[Statement] = []
@@ -240,21 +242,34 @@ class Writer:
             updates = self._updates(returns.elts[1], [], scope)
             returns = returns.elts[0]
         returns = self._expr(returns, function, scope) if returns is not None else None
-        stateful = self.framework.threads_state and self._stateful(function)
-        if stateful:
+        if self._gives_state(function):
             returns = ast.Tuple([returns or ast.Constant(None), named("state")], ast.Load())
         skip = int(function.uses_params) + int(function.uses_state)
-        params = ["self", *function.params[skip:], *(["state"] if stateful else [])]
+        params = ["self", *function.params[skip:], *(["state"] if self._takes_state(function) else [])]
         tree = Function(self.method_name(function), function.calls, params, body + updates, returns,
                         function.scope, doc=function.doc).node()
+        gone = {"params"} | scope.state_names | (set() if self.framework.threads_state else {"state"})
+        left = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in gone})
+        if left:  # a use of the functional defs' trees this writer does not know
+            raise StyleError(f"`{function.name}` uses {', '.join(left)} in a way not written as a method yet")
         return tree
 
-    def _stateful(self, function: Function) -> bool:
-        return function.uses_state
+    def _takes_state(self, function: Function) -> bool:
+        """Equinox: whether the method takes the `State` (it reads or writes a cache)."""
+        return self.framework.threads_state and function.uses_state
+
+    def _gives_state(self, function: Function) -> bool:
+        """Equinox: whether the method returns `(output, state)`: it writes a cache, or is the
+        entry of a model with state (called as `model(*inputs, state)`)."""
+        entry = function is self.tree.program.entry
+        return self.framework.threads_state and (bool(function.state_out) or entry and function.uses_state)
 
     # -- statements ------------------------------------------------------------------------------
 
     def _statement(self, statement: Statement, function: Function, scope: _Scope) -> Statement | None:
+        if isinstance(statement, Define):
+            raise StyleError(f"`{function.name}` defines a def inside it (a loop body): "
+                             "not written as a method yet")
         statement = copy.copy(statement)
         if isinstance(statement, Loop):
             return self._loop(statement, function, scope)
@@ -296,15 +311,16 @@ class Writer:
     def _accumulates(self, name: str, function: Function, scope: _Scope) -> bool:
         for statement in _all(function.body):
             value = statement.value
-            if (not statement.targets and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                    and value.func.attr == "append" and ast.unparse(value.func.value) == name):
+            if (not statement.targets and isinstance(value, ast.Call)
+                    and isinstance(value.func, ast.Attribute) and value.func.attr == "append"
+                    and ast.unparse(value.func.value) == name):
                 return True
         return False
 
     def _loop(self, loop: Loop, function: Function, scope: _Scope) -> Statement | None:
         loop = copy.copy(loop)
         bound = _loop_modules(loop, scope.aliases)
-        if bound:  # `for layer, layer_state in zip(params["layers"], state["layers"])`: `for layer in self.layers`
+        if bound:  # `for layer, layer_state in zip(params["layers"], ...)`: `for layer in self.layers`
             name, _ = bound[0]
             iterable = loop.iterable
             source = iterable.args[0] if isinstance(iterable, ast.Call) else iterable
@@ -374,17 +390,17 @@ class Writer:
         return None
 
     def _layer(self, node: ast.expr, scope: _Scope) -> ast.expr | None:
-        match = _layer_match(node, None)
+        """`self.wqkv(x)` for `x @ params["wqkv"]["weight"].T` when `wqkv` is a framework layer."""
+        match = _layer_match(node)
         if match is None:
             return None
-        chain = match[1]
-        base = scope.aliases.get(chain[0])
-        found = _walk(base, chain[1]) if base is not None else None
+        base = scope.aliases.get(match.module[0])
+        found = _walk(base, match.module[1]) if base is not None else None
         items = found if isinstance(found, list) else [found]
         if not items or not all(isinstance(n, Node) and n.layer for n in items):
             return None
-        argument = self._expr(match[2], self._current, scope)
-        return ast.Call(self._module_ref(chain, scope), [argument], [])
+        argument = self._expr(match.argument, self._current, scope)
+        return ast.Call(self._module_ref(match.module, scope), [argument], [])
 
     def _call(self, call: ast.Call, callee: Function, function: Function, scope: _Scope) -> ast.expr:
         """`attention_forward(params["attention"], state["attention"], x, ...)` as
@@ -414,7 +430,7 @@ class Writer:
                 ref = _ref(named("self"), keys)
         name = self.method_name(callee)
         func = ref if name == "__call__" else ast.Attribute(ref, name, ast.Load())
-        if self.framework.threads_state and self._stateful(callee):
+        if self._takes_state(callee):
             args = [*args, named("state")]
         keywords = [k for k in call.keywords if k.arg != self.config and k.arg not in self._flags(callee)]
         return ast.Call(func, args, keywords)

@@ -1,5 +1,5 @@
 """``--style nnx``: Flax NNX modules. Parameters are `nnx.Param`s, buffers the torch code only reads
-`nnx.Variable`s, buffers it writes (KV caches) `nnx.Cache`s written by assignment to `.value`;
+`nnx.Variable`s, buffers it writes (KV caches) `nnx.Cache`s written in place (`self.k_cache[...] = k_out`);
 torch Linear and Embedding modules are `nnx.Linear` (kernel (in, out)) and `nnx.Embed`."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from jaxside.render.ir import Program
+from jaxside.render.layout import MODULE_WIDTH, format_statement
 from jaxside.render.styles.tree import Klass, Tree
 
 __all__ = ["Nnx"]
@@ -26,9 +27,9 @@ _LAYERS = {
         param_dtype=weight.dtype,
         rngs=nnx.Rngs(0),
     )
-    layer.kernel.value = weight.T
+    layer.kernel[...] = weight.T
     if bias is not None:
-        layer.bias.value = bias
+        layer.bias[...] = bias
     return layer''',
     "embed": '''def _embed_layer(tensors, path):
     """A torch `Embedding` as an `nnx.Embed`: its `weight` (num_embeddings, features) is
@@ -37,7 +38,7 @@ _LAYERS = {
     layer = nnx.Embed(
         weight.shape[0], weight.shape[1], param_dtype=weight.dtype, rngs=nnx.Rngs(0)
     )
-    layer.embedding.value = weight
+    layer.embedding[...] = weight
     return layer''',
 }
 
@@ -56,18 +57,13 @@ class Nnx:
         return ast.Subscript(ref, ast.Constant(Ellipsis), ast.Load())
 
     def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:
-        return ast.Assign([ast.Attribute(ref, "value", ast.Store())], value, lineno=0)
+        return ast.Assign([ast.Subscript(ref, ast.Constant(Ellipsis), ast.Store())], value, lineno=0)
 
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
         required = [name for name, _, optional in attributes if not optional]
         optional = [f"{name}=None" for name, _, optional in attributes if optional]
         config = ["*", "config"] if klass.uses_config else []
-        params = ", ".join(["self", *required, *optional, *config])
-        lines = [f"    def __init__({params}):"]
-        if len(lines[0]) > 88:
-            lines = ["    def __init__(", *(f"        {p}," for p in params.split(", ") if p != "*"), "    ):"]
-            if klass.uses_config:
-                lines[-2:-1] = ["        *,", "        config,"]
+        lines = [f"def __init__({', '.join(['self', *required, *optional, *config])}):"]
         for name, kind, optional in attributes:
             if kind == "child":
                 value = name
@@ -77,12 +73,12 @@ class Nnx:
                 value = f"{_VARIABLES[kind]}({name})"
                 if optional:
                     value = f"None if {name} is None else {value}"
-            lines.append(f"        self.{name} = {value}")
+            lines.append(f"    self.{name} = {value}")
         if klass.uses_config:
-            lines.append("        self.config = config")
-        if not attributes and not klass.uses_config:
-            lines.append("        pass")
-        return lines
+            lines.append("    self.config = config")
+        if len(lines) == 1:
+            lines.append("    pass")
+        return format_statement(ast.parse("\n".join(lines)).body[0], 4, MODULE_WIDTH)
 
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return [_LAYERS[kind] for kind in sorted(kinds)]
