@@ -161,8 +161,9 @@ def _class(klass: Klass, style: Style, writer: Writer, tree: Tree) -> str:
     more = f" and {len(klass.nodes) - 1} more" if len(klass.nodes) > 1 else ""
     what = "the torch module" if klass.methods else "the tensors of the torch module"
     lines = [f"class {klass.name}({style.base}):",
-             f"    {user_text.docstring(f'`{klass.name}`: {what} at {where}{more}.', 4)}", ""]
-    lines += style.declare(klass, klass.attributes(), tree)
+             f"    {user_text.docstring(f'`{klass.name}`: {what} at {where}{more}.', 4)}"]
+    declared = style.declare(klass, klass.attributes(), tree)
+    lines += ["", *declared] if declared else []
     for function in klass.methods:
         lines.append("")
         lines += format_statement(writer.method(function), 4, MODULE_WIDTH)
@@ -213,26 +214,41 @@ class _Builder:
     klass: Klass
 
 
+def _needs_config(classes: list[Klass]) -> set[str]:
+    """The classes whose builders take the config: those that keep it, and those above them."""
+    by_name = {k.name: k for k in classes}
+    needs = {k.name for k in classes if k.uses_config}
+    grew = True
+    while grew:
+        grew = False
+        for klass in classes:
+            children = {item.cls for node in klass.nodes for child in node.children.values()
+                        for item in (child if isinstance(child, list) else [child]) if item.cls in by_name}
+            if klass.name not in needs and children & needs:
+                needs.add(klass.name)
+                grew = True
+    return needs
+
+
 def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
     builders = {k.name: f"_{snake(k.name)}" for k in classes}
+    needs = _needs_config(classes)
     kinds = {n.layer for n in tree.nodes.values() if n.layer}
     parts = [_TENSORS, *style.layer_helpers(kinds)]
     for klass in classes:
-        parts.append(_builder(klass, builders, style))
-    root = f'{builders[tree.root.cls]}(tensors, "", config)'
+        parts.append(_builder(klass, builders, style, needs))
+    root = _build_call(tree.root, builders, '""', needs)
     doc = (f'"""The `{tree.root.cls}` holding a torch module\'s weights (the module, or its\n'
            '`state_dict`): every layout change is made here, in the helpers it calls."""')
     keyword = ", *, config=Config()" if tree.program.config else ""
     signature = f"def from_torch(model{keyword}):"
     lines = [signature, f"    {doc}", "    tensors = _tensors(model)"]
-    if not tree.program.config:
-        lines.append("    config = None")
     lines += [f"    {line}" for line in style.finish(root, tree.program)]
     converter = "\n".join(format_statement(ast.parse("\n".join(lines)).body[0], 0, MODULE_WIDTH))
     return "\n\n\n".join([*parts, converter])
 
 
-def _builder(klass: Klass, builders: dict[str, str], style: Style) -> str:
+def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[str]) -> str:
     args = []
     for name, kind, optional in klass.attributes():
         key = user_text.literal(name)
@@ -240,13 +256,13 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style) -> str:
             sample = _first(klass, name)
             if kind == "list":
                 item = sample[0] if isinstance(sample, list) and sample else None
-                build = _build_call(item, builders, f'f"{{path}}{name}.{{i}}."') if item else "None"
+                build = _build_call(item, builders, f'f"{{path}}{name}.{{i}}."', needs) if item else "None"
                 count = f"_count(tensors, f\"{{path}}{name}.\")"
                 value = style.child_list(f"[{build} for i in range({count})]")
             else:
                 value = "None"
                 if isinstance(sample, Node):
-                    value = _build_call(sample, builders, f'path + "{name}."')
+                    value = _build_call(sample, builders, f'path + "{name}."', needs)
             if optional:
                 value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
         else:
@@ -256,7 +272,8 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style) -> str:
     if klass.uses_config:
         args.append("        config=config,")
     body = "\n".join(args)
-    signature = f"def {builders[klass.name]}(tensors, path, config):"
+    config = ", config" if klass.name in needs else ""
+    signature = f"def {builders[klass.name]}(tensors, path{config}):"
     doc = f'    """`{klass.name}` from the tensors under `path`."""'
     text = f"{signature}\n{doc}\n    return {klass.name}(\n{body}\n    )"
     lines = format_statement(ast.parse(text).body[0], 0, MODULE_WIDTH)
@@ -267,7 +284,8 @@ def _first(klass: Klass, name: str) -> Node | list[Node] | None:
     return next((n.children[name] for n in klass.nodes if name in n.children), None)
 
 
-def _build_call(node: Node, builders: dict[str, str], path: str) -> str:
+def _build_call(node: Node, builders: dict[str, str], path: str, needs: set[str]) -> str:
     if node.layer is not None:
         return f"_{node.layer}_layer(tensors, {path})"
-    return f"{builders[node.cls]}(tensors, {path}, config)"
+    config = ", config" if node.cls in needs else ""
+    return f"{builders[node.cls]}(tensors, {path}{config})"

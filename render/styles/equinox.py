@@ -47,8 +47,6 @@ class Equinox:
             lines.append(f"    {name}: {annotation}" + (" | None = None" if optional else ""))
         if klass.uses_config:
             lines.append("    config: Config = eqx.field(static=True)")
-        if not lines:
-            lines.append("    pass")
         return lines
 
     def layer_helpers(self, kinds: set[str]) -> list[str]:

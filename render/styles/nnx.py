@@ -76,8 +76,8 @@ class Nnx:
             lines.append(f"    self.{name} = {value}")
         if klass.uses_config:
             lines.append("    self.config = config")
-        if len(lines) == 1:
-            lines.append("    pass")
+        if len(lines) == 1:  # nothing to hold: nnx.Module's own __init__
+            return []
         return format_statement(ast.parse("\n".join(lines)).body[0], 4, MODULE_WIDTH)
 
     def layer_helpers(self, kinds: set[str]) -> list[str]:
