@@ -36,7 +36,7 @@ from jaxside.tracing import capture
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^(\S+\.py:\d+)\s+(\S+)\s+(\S+)(?:\s+(ok|DIFFERS))?$")
 RUFF = Path(sys.executable).parent / "ruff"
-SAMPLES = ["llama_model", "mlp"]
+SAMPLES = ["llama_model", "mlp", "cnn", "rnn", "moe"]
 
 
 @dataclass

@@ -173,6 +173,12 @@ def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dic
                 raw |= {hit.path for hit in nodes_of((chain[0], chain[1][:-1])) if chain[1][-1] in hit.leaves}
 
 
+def _appended(value: ast.expr | None) -> bool:
+    """Whether `value` is a `name.append(...)` call."""
+    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+            and value.func.attr == "append" and isinstance(value.func.value, ast.Name))
+
+
 def _all(statements: list[Statement]) -> list[Statement]:
     found: list[Statement] = []
     for statement in statements:
@@ -234,7 +240,7 @@ class Writer:
     def method(self, function: Function) -> ast.FunctionDef:
         self._current = function
         node = self.tree.nodes[function.calls[0].module_path or ""]
-        scope = _Scope(_loop_aliases(function, node, self.tree))
+        scope = _Scope(_loop_aliases(function, node, self.tree), self._state_names(function))
         body = [s for s in (self._statement(s, function, scope) for s in function.body) if s is not None]
         returns = copy.deepcopy(function.returns)
         updates: list[Statement] = []
@@ -278,24 +284,15 @@ class Writer:
         stores = statement.targets
         if stores and set(stores) <= scope.state_names:
             return None
-        if isinstance(value, ast.List) and not value.elts and statement.targets and self._accumulates(
-                statement.targets[0], function, scope):
-            scope.state_names.add(statement.targets[0])
+        if not stores and _appended(value) and names & scope.state_names:
             return None
-        if not stores and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and (
-                value.func.attr == "append" and names & scope.state_names):
-            return None
-        callee = self.defs.get(value.func.id) if isinstance(value, ast.Call) and isinstance(
-            value.func, ast.Name) else None
+        callee = self._callee(value)
         target = statement.target
         if target is None and len(stores) == 2:
             target = ast.Tuple([named(t, ast.Store()) for t in stores], ast.Store())
         if callee is not None and callee.state_out:
             if not isinstance(target, ast.Tuple) or len(target.elts) != 2:
                 raise StyleError(f"`{ast.unparse(value)}`: a call returning state without its own statement")
-            state_target = target.elts[1]
-            if isinstance(state_target, ast.Name):
-                scope.state_names.add(state_target.id)
             out = target.elts[0]
             if self.framework.threads_state:
                 target = ast.Tuple([out, named("state", ast.Store())], ast.Store())
@@ -308,14 +305,38 @@ class Writer:
             statement.targets, statement.target = [statement.target.id], None
         return statement
 
-    def _accumulates(self, name: str, function: Function, scope: _Scope) -> bool:
-        for statement in _all(function.body):
+    def _state_names(self, function: Function) -> set[str]:
+        """The names the functional def gives the new state its calls return (`new_layer_state`),
+        the loop variables over state lists (`layer_state`) and the lists collecting them: what the
+        module styles do not write (the framework holds the state)."""
+        names: set[str] = set()
+        statements = _all(function.body)
+        for statement in statements:
+            if isinstance(statement, Loop) and isinstance(statement.loop_target, ast.Tuple):
+                sources = statement.iterable.args if isinstance(statement.iterable, ast.Call) else []
+                for source, target in zip(sources, statement.loop_target.elts, strict=False):
+                    chain = _chain(source)
+                    if chain is not None and chain[0] == "state" and isinstance(target, ast.Name):
+                        names.add(target.id)
+            callee = self._callee(statement.value)
+            target = statement.target
+            if callee is not None and callee.state_out:
+                if isinstance(target, ast.Tuple) and isinstance(target.elts[-1], ast.Name):
+                    names.add(target.elts[-1].id)
+                elif target is None and len(statement.targets) == 2:
+                    names.add(statement.targets[1])
+        for statement in statements:  # `new_layer_states.append(new_layer_state)`
             value = statement.value
-            if (not statement.targets and isinstance(value, ast.Call)
-                    and isinstance(value.func, ast.Attribute) and value.func.attr == "append"
-                    and ast.unparse(value.func.value) == name):
-                return True
-        return False
+            if not statement.targets and _appended(value) and isinstance(value, ast.Call):
+                argument = value.args[0] if value.args else None
+                if isinstance(argument, ast.Name) and argument.id in names:
+                    names.add(ast.unparse(value.func.value))  # type: ignore[attr-defined]
+        return names
+
+    def _callee(self, value: ast.expr | None) -> Function | None:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return self.defs.get(value.func.id)
+        return None
 
     def _loop(self, loop: Loop, function: Function, scope: _Scope) -> Statement | None:
         loop = copy.copy(loop)
@@ -327,8 +348,6 @@ class Writer:
             chain = _chain(source) if source is not None else None
             assert chain is not None
             loop.iterable = self._module_ref(chain, scope)
-            if isinstance(loop.loop_target, ast.Tuple):
-                scope.state_names |= {e.id for e in loop.loop_target.elts[1:] if isinstance(e, ast.Name)}
             loop.loop_target = named(name, ast.Store())
         else:
             loop.iterable = self._expr(loop.iterable, function, scope) if loop.iterable else None
@@ -370,12 +389,28 @@ class Writer:
                         return node
                 return self.generic_visit(node)
 
+            def visit_ListComp(self, node: ast.ListComp) -> ast.expr:
+                writer._comprehension(node, scope)
+                return self.generic_visit(node)
+
+            visit_GeneratorExp = visit_ListComp  # noqa: N815 (ast.NodeTransformer's naming)
+
             def visit_Name(self, node: ast.Name) -> ast.expr:
                 if node.id == writer.config or node.id in writer._flags(function):
                     return ast.Attribute(named("self"), node.id, ast.Load())
                 return node
 
         return Rewrite().visit(copy.deepcopy(value))
+
+    def _comprehension(self, node: ast.ListComp | ast.GeneratorExp, scope: _Scope) -> None:
+        """`for expert in params["experts"]` in a comprehension: `for expert in self.experts`."""
+        for generator in node.generators:
+            chain = _chain(generator.iter)
+            base = scope.aliases.get(chain[0]) if chain is not None else None
+            items = _walk(base, chain[1]) if chain is not None and base is not None else None
+            if isinstance(items, list) and isinstance(generator.target, ast.Name) and chain is not None:
+                scope.aliases[generator.target.id] = items
+                generator.iter = self._module_ref(chain, scope)
 
     def _flags(self, function: Function) -> set[str]:
         return {k.name for k in function.keywords if k.name != self.config}
