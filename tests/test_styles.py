@@ -29,9 +29,9 @@ from jaxside.annotate.check_modules import runner
 from jaxside.annotate.cli import main
 from jaxside.annotate.errors import Failure
 from jaxside.annotate.export import module_source
-from jaxside.annotate.loading import Entry
+from jaxside.annotate.loading import Entry, load_file
 from jaxside.render.lower import lower
-from jaxside.tracing import capture
+from jaxside.tracing import Capture, capture
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^(\S+\.py:\d+)\s+(\S+)\s+(\S+)(?:\s+(ok|DIFFERS))?$")
@@ -77,6 +77,22 @@ def test_a_sample_exports_as_classes_that_match_torch(sample, style, tmp_path):
     for command in (["check", "--isolated", str(path)], ["format", "--isolated", "--check", str(path)]):
         done = subprocess.run([str(RUFF), *command], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_blocks_built_with_other_flags_share_their_class():
+    """torchvision-style blocks: `stride` differs per instance (an `__init__` keyword with its
+    default, the other value in `_FLAGS`), `downsample` is there in one block only (the methods test
+    `self.downsample is not None`, as the torch code does)."""
+    model, args = load_file(str(ROOT / "tests" / "models" / "tiny_resnet.py")).example()
+    trace = capture(model, *args)
+    program = lower(trace, lambda resize: Capture(resize=resize)(model, *args))
+    for style in ("nnx", "equinox"):
+        text = module_source(program, "tests/models/tiny_resnet.py", style, model)
+        report = check_export(load_module(text), program, Entry(model, args, {}), run=runner(style))
+        assert report.ok, report.table()
+        assert text.count("class BasicBlock(") == 1
+        assert '_FLAGS = {"layers.1": {"stride": 2}}' in text
+        assert "if self.downsample is not None:" in text and "self.stride" in text
 
 
 def test_from_torch_takes_a_state_dict_too():

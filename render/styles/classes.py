@@ -26,7 +26,7 @@ from jaxside.render.module import (
 )
 from jaxside.render.names import snake
 from jaxside.render.styles.methods import Framework, Writer, find_layers
-from jaxside.render.styles.tree import Klass, Node, StyleError, Tree
+from jaxside.render.styles.tree import Klass, Node, StyleError, Tree, kept_flags
 
 __all__ = ["Style", "render_classes"]
 
@@ -80,10 +80,6 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     classes = tree.classes()
     if style.bottom_up:  # field annotations name the children's classes: those come first
         classes = _bottom_up(classes)
-    for klass in classes:
-        if klass.keywords:
-            raise StyleError(f"`{klass.name}`'s defs take per-instance flags ({', '.join(klass.keywords)}): "
-                             "not written as classes yet")
     methods = {f.name for k in classes for f in k.methods}
     plain = [f.node() for f in program.functions + program.helpers if f.name not in methods]
     blocks = [_class(klass, style, writer, tree) for klass in classes]
@@ -235,6 +231,9 @@ def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
     needs = _needs_config(classes)
     kinds = {n.layer for n in tree.nodes.values() if n.layer}
     parts = [_TENSORS, *style.layer_helpers(kinds)]
+    table = _flags_table(classes)
+    if table:
+        parts.append(table)
     for klass in classes:
         parts.append(_builder(klass, builders, style, needs))
     root = _build_call(tree.root, builders, '""', needs)
@@ -255,10 +254,15 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
         if kind in ("child", "list"):
             sample = _first(klass, name)
             if kind == "list":
-                item = sample[0] if isinstance(sample, list) and sample else None
-                build = _build_call(item, builders, f'f"{{path}}{name}.{{i}}."', needs) if item else "None"
-                count = f"_count(tensors, f\"{{path}}{name}.\")"
-                value = style.child_list(f"[{build} for i in range({count})]")
+                items = sample if isinstance(sample, list) else []
+                if len({(n.cls, n.layer) for n in items}) > 1:  # a Sequential of different modules
+                    calls = [_build_call(n, builders, f'path + "{name}.{i}."', needs)
+                             for i, n in enumerate(items)]
+                    value = style.child_list(f"[{', '.join(calls)}]")
+                else:
+                    build = _build_call(items[0], builders, f'f"{{path}}{name}.{{i}}."', needs)
+                    count = f"_count(tensors, f\"{{path}}{name}.\")"
+                    value = style.child_list(f"[{build} for i in range({count})]")
             else:
                 value = "None"
                 if isinstance(sample, Node):
@@ -271,6 +275,8 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
         args.append(f"        {name}={value},")
     if klass.uses_config:
         args.append("        config=config,")
+    if any(f.differing for f in kept_flags(klass)):
+        args.append('        **_FLAGS.get(path.removesuffix("."), {}),')
     body = "\n".join(args)
     config = ", config" if klass.name in needs else ""
     signature = f"def {builders[klass.name]}(tensors, path{config}):"
@@ -278,6 +284,26 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
     text = f"{signature}\n{doc}\n    return {klass.name}(\n{body}\n    )"
     lines = format_statement(ast.parse(text).body[0], 0, MODULE_WIDTH)
     return re.sub(r"f'([^'\"]*)'", r'f"\1"', "\n".join(lines))
+
+
+def _flags_table(classes: list[Klass]) -> str:
+    """`_FLAGS`: per instance path, the flags its torch module was built with that differ from
+    its class's defaults (`{"layers.1": {"stride": 2}}`)."""
+    rows: dict[str, dict[str, str]] = {}
+    for klass in classes:
+        for flag in kept_flags(klass):
+            for path, value in flag.differing.items():
+                rows.setdefault(path, {})[flag.attribute] = value
+    if not rows:
+        return ""
+    def entries(row: dict[str, str]) -> str:
+        return ", ".join(f"{user_text.literal(k)}: {v}" for k, v in row.items())
+
+    items = ", ".join(f"{user_text.literal(path)}: {{{entries(row)}}}" for path, row in rows.items())
+    tree = ast.parse(f"_FLAGS = {{{items}}}")
+    lines = format_statement(tree.body[0], 0, MODULE_WIDTH)
+    doc = '"""Per torch module, the flags it was built with where they differ from its class\'s defaults."""'
+    return double_quotes("\n".join(lines)) + "\n" + doc
 
 
 def _first(klass: Klass, name: str) -> Node | list[Node] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from jaxside.render.ir import Program, named
-from jaxside.render.styles.tree import Klass, Tree
+from jaxside.render.styles.tree import Klass, Tree, kept_flags
 
 __all__ = ["Equinox"]
 
@@ -32,21 +32,27 @@ class Equinox:
 
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
         lines = []
+        config = ["    config: Config = eqx.field(static=True)"] if klass.uses_config else []
         for name, kind, optional in sorted(attributes, key=lambda a: a[2]):  # defaults last
+            if optional and config:
+                lines += config
+                config = []
             if kind == "child":
                 child = next((n.children[name] for n in klass.nodes if name in n.children), None)
                 annotation = _class_of(child)
             elif kind == "list":
                 items = next((n.children[name] for n in klass.nodes if name in n.children), [])
-                first = items[0] if isinstance(items, list) and items else None
-                annotation = f"list[{_class_of(first)}]"
+                kinds = {_class_of(item) for item in items} if isinstance(items, list) else set()
+                annotation = f"list[{kinds.pop() if len(kinds) == 1 else 'eqx.Module'}]"
             elif kind == "state":
                 annotation = "eqx.nn.StateIndex"
             else:
                 annotation = "jax.Array"
             lines.append(f"    {name}: {annotation}" + (" | None = None" if optional else ""))
-        if klass.uses_config:
-            lines.append("    config: Config = eqx.field(static=True)")
+        lines += config
+        for flag in kept_flags(klass):
+            kind = type(ast.literal_eval(flag.default)).__name__ if _literal(flag.default) else "object"
+            lines.append(f"    {flag.attribute}: {kind} = eqx.field(static=True, default={flag.default})")
         return lines
 
     def layer_helpers(self, kinds: set[str]) -> list[str]:
@@ -72,6 +78,14 @@ class Equinox:
                     f"    outputs, state = model({args}, state)"]
         return ["    model = from_torch(torch_model)  # the torch module, or its state_dict",
                 f"    outputs = model({args})"]
+
+
+def _literal(text: str) -> bool:
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return True
 
 
 def _class_of(node: object) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jaxside.render.ir import Define, Function, Loop, Statement, named
-from jaxside.render.styles.tree import EMBEDDING, LINEAR, Node, StyleError, Tree
+from jaxside.render.styles.tree import EMBEDDING, LINEAR, Flag, Node, StyleError, Tree
 
 __all__ = ["Framework", "Writer", "find_layers"]
 
@@ -54,16 +54,19 @@ def _ref(base: ast.expr, keys: list[str | int]) -> ast.expr:
 
 
 def _walk(node: Node | list[Node] | None, keys: list[str | int]) -> Node | list[Node] | str | None:
-    """What `keys` reach from `node`: a node, a list of nodes, a leaf's name (str), or None."""
+    """What `keys` reach from `node`: a node, a list of nodes, a leaf's name (str), or None. A key an
+    instance lacks is looked up in the other instances of its class (a def shared by blocks with and
+    without a `downsample` reads it under `if downsample:`)."""
     for position, key in enumerate(keys):
         if isinstance(node, list):
             if not isinstance(key, int) or key >= len(node):
                 return None
             node = node[key]
-        elif isinstance(node, Node):
-            if isinstance(key, str) and key in node.leaves and position == len(keys) - 1:
+        elif isinstance(node, Node) and isinstance(key, str):
+            owner = next((n for n in [node, *node.peers] if key in n.children or key in n.leaves), node)
+            if key in owner.leaves and position == len(keys) - 1:
                 return f"leaf:{key}"
-            node = node.children.get(key) if isinstance(key, str) else None
+            node = owner.children.get(key)
         else:
             return None
     return node
@@ -171,6 +174,11 @@ def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dic
             chain = _chain(expr) if isinstance(expr, ast.Subscript) else None
             if chain is not None and chain[1] and id(expr) not in inside:
                 raw |= {hit.path for hit in nodes_of((chain[0], chain[1][:-1])) if chain[1][-1] in hit.leaves}
+
+
+def _is_none(attribute: str, op: ast.cmpop) -> ast.expr:
+    """`self.downsample is None` (`op` Is) or `is not None` (IsNot)."""
+    return ast.Compare(ast.Attribute(named("self"), attribute, ast.Load()), [op], [ast.Constant(None)])
 
 
 def _appended(value: ast.expr | None) -> bool:
@@ -301,6 +309,8 @@ class Writer:
             statement.target = target
             statement.targets = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
         statement.value = self._expr(value, function, scope)
+        if statement.when is not None:
+            statement.when = self._expr(statement.when, function, scope)
         if statement.target is not None and isinstance(statement.target, ast.Name):
             statement.targets, statement.target = [statement.target.id], None
         return statement
@@ -352,6 +362,8 @@ class Writer:
         else:
             loop.iterable = self._expr(loop.iterable, function, scope) if loop.iterable else None
         loop.body = [s for s in (self._statement(s, function, scope) for s in loop.body) if s is not None]
+        if loop.when is not None:
+            loop.when = self._expr(loop.when, function, scope)
         return loop
 
     # -- expressions -----------------------------------------------------------------------------
@@ -395,9 +407,20 @@ class Writer:
 
             visit_GeneratorExp = visit_ListComp  # noqa: N815 (ast.NodeTransformer's naming)
 
+            def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+                flag = writer._flag(function, node.operand) if isinstance(node.op, ast.Not) else None
+                if flag is not None and flag.presence:  # `not downsample`: `self.downsample is None`
+                    return _is_none(flag.name, ast.Is())
+                return self.generic_visit(node)
+
             def visit_Name(self, node: ast.Name) -> ast.expr:
-                if node.id == writer.config or node.id in writer._flags(function):
+                if node.id == writer.config:
                     return ast.Attribute(named("self"), node.id, ast.Load())
+                flag = writer._flag(function, node)
+                if flag is not None and flag.presence:
+                    return _is_none(flag.name, ast.IsNot())
+                if flag is not None:
+                    return ast.Attribute(named("self"), flag.attribute, ast.Load())
                 return node
 
         return Rewrite().visit(copy.deepcopy(value))
@@ -412,6 +435,13 @@ class Writer:
                 scope.aliases[generator.target.id] = items
                 generator.iter = self._module_ref(chain, scope)
 
+    def _flag(self, function: Function, node: ast.expr) -> Flag | None:
+        """The flag of `function`'s class a name is (`stride`), if it is one."""
+        klass = self.tree.methods.get(function.calls[0].module_type or "") if function.calls else None
+        if klass is None or not isinstance(node, ast.Name) or node.id not in self._flags(function):
+            return None
+        return klass.flags.get(node.id)
+
     def _flags(self, function: Function) -> set[str]:
         return {k.name for k in function.keywords if k.name != self.config}
 
@@ -420,7 +450,8 @@ class Writer:
         found = _walk(base, chain[1])
         if isinstance(found, str):
             owner = _walk(base, chain[1][:-1])
-            kind = owner.leaves[chain[1][-1]] if isinstance(owner, Node) else "param"
+            holders = [owner, *owner.peers] if isinstance(owner, Node) else []
+            kind = next((n.leaves[chain[1][-1]] for n in holders if chain[1][-1] in n.leaves), "param")
             return self.framework.read(self._module_ref(chain, scope), kind, indexed)
         return None
 

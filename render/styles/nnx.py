@@ -8,7 +8,7 @@ import ast
 
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, format_statement
-from jaxside.render.styles.tree import Klass, Tree
+from jaxside.render.styles.tree import Klass, Tree, kept_flags
 
 __all__ = ["Nnx"]
 
@@ -62,13 +62,15 @@ class Nnx:
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
         required = [name for name, _, optional in attributes if not optional]
         optional = [f"{name}=None" for name, _, optional in attributes if optional]
-        config = ["*", "config"] if klass.uses_config else []
-        lines = [f"def __init__({', '.join(['self', *required, *optional, *config])}):"]
+        flags = [f"{f.attribute}={f.default}" for f in kept_flags(klass)]
+        keywords = (["config"] if klass.uses_config else []) + flags
+        keywords = ["*", *keywords] if keywords else []
+        lines = [f"def __init__({', '.join(['self', *required, *optional, *keywords])}):"]
         for name, kind, optional in attributes:
             if kind == "child":
                 value = name
             elif kind == "list":
-                value = f"nnx.List({name})"
+                value = f"None if {name} is None else nnx.List({name})" if optional else f"nnx.List({name})"
             else:
                 value = f"{_VARIABLES[kind]}({name})"
                 if optional:
@@ -76,6 +78,7 @@ class Nnx:
             lines.append(f"    self.{name} = {value}")
         if klass.uses_config:
             lines.append("    self.config = config")
+        lines += [f"    self.{f.attribute} = {f.attribute}" for f in kept_flags(klass)]
         if len(lines) == 1:  # nothing to hold: nnx.Module's own __init__
             return []
         return format_statement(ast.parse("\n".join(lines)).body[0], 4, MODULE_WIDTH)

@@ -9,12 +9,13 @@ torch module itself; a path it does not name is a parameter holder named as its 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from dataclasses import dataclass, field
 
-from jaxside.render.ir import Function, Program
+from jaxside.render.ir import Function, Keyword, Program
 from jaxside.render.names import is_index
 
-__all__ = ["Klass", "Node", "StyleError", "Tree", "LINEAR", "EMBEDDING"]
+__all__ = ["EMBEDDING", "LINEAR", "Flag", "Klass", "Node", "StyleError", "Tree", "kept_flags"]
 
 LINEAR = "torch.nn.modules.linear.Linear"
 EMBEDDING = "torch.nn.modules.sparse.Embedding"
@@ -38,6 +39,8 @@ class Node:
     dtypes: dict[str, str] = field(default_factory=dict)
     layer: str | None = None
     """The framework layer it is ("linear", "embed"), or None: a class of the export."""
+    peers: list[Node] = field(default_factory=list, repr=False)
+    """The other instances of its class."""
 
     def prefix(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else name
@@ -53,6 +56,9 @@ class Klass:
     keywords: list[str] = field(default_factory=list)
     """Flags of its defs other than the config (`stride`): attributes set per instance."""
     uses_config: bool = False
+    flags: dict[str, Flag] = field(default_factory=dict)
+    """Each flag's value per instance (by path), as source text."""
+
 
     def attributes(self) -> list[tuple[str, str, bool]]:
         """(attribute, kind, optional) over every instance, in the first instance's order; kind is
@@ -65,6 +71,27 @@ class Klass:
                 order.setdefault(name, kind)
         every = [set(n.children) | set(n.leaves) for n in self.nodes]
         return [(name, kind, not all(name in names for names in every)) for name, kind in order.items()]
+
+
+@dataclass
+class Flag:
+    """A number or switch the calls sharing a def pass differently (`stride=2` in one block)."""
+
+    name: str
+    default: str
+    """The value most instances have (the def's default when it has one): the `__init__` default."""
+    values: dict[str, str]
+    """Per instance path, its value (source text)."""
+    presence: bool = False
+    """True when the flag says whether the module has an attribute of the same name (the torch
+    code's `if self.downsample is not None`): the methods test the attribute instead."""
+    attribute: str = ""
+    """The attribute a flag that is no presence test is kept as (`stride`, or `downsample_flag`
+    when the class has a `downsample` of its own)."""
+
+    @property
+    def differing(self) -> dict[str, str]:
+        return {path: value for path, value in self.values.items() if value != self.default}
 
 
 class Tree:
@@ -122,6 +149,11 @@ class Tree:
             node.shapes[leaf] = tuple(avals[path].shape) if path in avals else ()
             node.dtypes[leaf] = str(avals[path].dtype) if path in avals else "float32"
         self.root = self.nodes[""]
+        by_class: dict[str, list[Node]] = {}
+        for node in self.nodes.values():
+            by_class.setdefault(node.cls, []).append(node)
+        for node in self.nodes.values():
+            node.peers = [n for n in by_class[node.cls] if n is not node]
         for items in (c for n in self.nodes.values() for c in n.children.values() if isinstance(c, list)):
             items.sort(key=lambda n: int(n.path.rpartition(".")[2]))
         self.methods = self._methods()
@@ -152,6 +184,7 @@ class Tree:
                     continue
                 if keyword.name not in klass.keywords:
                     klass.keywords.append(keyword.name)
+                klass.flags[keyword.name] = _flag(klass, keyword, function, klass.flags.get(keyword.name))
         return classes
 
     @property
@@ -182,3 +215,28 @@ class Tree:
         parent, _, name = path.rpartition(".")
         owner = self.nodes.get(parent)
         return owner.children.get(name) if owner is not None else None
+
+
+def _flag(klass: Klass, keyword: Keyword, function: Function, known: Flag | None) -> Flag:
+    values = dict(known.values) if known is not None else {}
+    default = ast.unparse(keyword.default) if keyword.default is not None else None
+    for call in function.calls:
+        value = keyword.values.get(id(call), keyword.default)
+        if call.module_path is not None and value is not None:
+            values.setdefault(call.module_path, ast.unparse(value))
+    if default is None:
+        counts = Counter(values.values())
+        default = counts.most_common(1)[0][0] if counts else "None"
+    flag = Flag(keyword.name, default, values)
+    owned = {n.path: keyword.name in n.children or keyword.name in n.leaves for n in klass.nodes}
+    if any(owned.values()) and all(values.get(p) in ("True", "False") for p in owned):
+        if all((values[p] == "True") == present for p, present in owned.items()):
+            flag.presence = True
+    taken = any(owned.values())
+    flag.attribute = f"{keyword.name}_flag" if taken and not flag.presence else keyword.name
+    return flag
+
+
+def kept_flags(klass: Klass) -> list[Flag]:
+    """The flags a class keeps as attributes (`stride`): not the ones that test for an attribute."""
+    return [f for f in klass.flags.values() if not f.presence]
