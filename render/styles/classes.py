@@ -25,7 +25,8 @@ from jaxside.render.module import (
     sizes_paragraphs,
 )
 from jaxside.render.names import snake
-from jaxside.render.styles.methods import Framework, Writer, find_layers
+from jaxside.render.styles.layers import find_layers
+from jaxside.render.styles.methods import Framework, Writer
 from jaxside.render.styles.tree import Klass, Node, StyleError, Tree, kept_flags
 
 __all__ = ["Style", "render_classes"]

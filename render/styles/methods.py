@@ -14,9 +14,18 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jaxside.render.ir import Define, Function, Loop, Statement, named
-from jaxside.render.styles.tree import EMBEDDING, LINEAR, Flag, Node, StyleError, Tree
+from jaxside.render.styles.layers import layer_match
+from jaxside.render.styles.reading import (
+    all_statements,
+    attribute_chain,
+    keys_of,
+    loop_aliases,
+    loop_modules,
+    walk,
+)
+from jaxside.render.styles.tree import Flag, Node, StyleError, Tree
 
-__all__ = ["Framework", "Writer", "find_layers"]
+__all__ = ["Framework", "Writer"]
 
 
 class Framework(Protocol):
@@ -33,147 +42,12 @@ class Framework(Protocol):
         ...
 
 
-def _chain(node: ast.expr) -> tuple[str, list[str | int]] | None:
-    """`params["a"][0]["b"]` as ("params", ["a", 0, "b"]); None when not such a chain."""
-    keys: list[str | int] = []
-    while isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
-            node.slice.value, (str, int)):
-        keys.append(node.slice.value)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return node.id, keys[::-1]
-    return None
-
-
-def _ref(base: ast.expr, keys: list[str | int]) -> ast.expr:
-    node = base
-    for key in keys:
-        node = ast.Subscript(node, ast.Constant(key), ast.Load()) if isinstance(key, int) else ast.Attribute(
-            node, key, ast.Load())
-    return node
-
-
-def _walk(node: Node | list[Node] | None, keys: list[str | int]) -> Node | list[Node] | str | None:
-    """What `keys` reach from `node`: a node, a list of nodes, a leaf's name (str), or None. A key an
-    instance lacks is looked up in the other instances of its class (a def shared by blocks with and
-    without a `downsample` reads it under `if downsample:`)."""
-    for position, key in enumerate(keys):
-        if isinstance(node, list):
-            if not isinstance(key, int) or key >= len(node):
-                return None
-            node = node[key]
-        elif isinstance(node, Node) and isinstance(key, str):
-            owner = next((n for n in [node, *node.peers] if key in n.children or key in n.leaves), node)
-            if key in owner.leaves and position == len(keys) - 1:
-                return f"leaf:{key}"
-            node = owner.children.get(key)
-        else:
-            return None
-    return node
-
-
 @dataclass
 class _Scope:
     """Where a def's names point: `params`/`state` at its own node, loop variables at a list item."""
 
     aliases: dict[str, Node | list[Node]] = field(default_factory=dict)
     state_names: set[str] = field(default_factory=set)
-
-
-@dataclass
-class _Match:
-    """An expression that is exactly a torch layer's computation: `kind` ("linear", "linear_bias",
-    "embed"), the chain to the module (`("params", ["wqkv"])`), its input and the whole expression."""
-
-    kind: str
-    module: tuple[str, list[str | int]]
-    argument: ast.expr
-    expr: ast.expr
-
-
-def _layer_match(expr: ast.AST) -> _Match | None:
-    """How `expr` is exactly a Linear (`x @ w.T`, `x @ w.T + b`) or an Embedding
-    (`jnp.take(w, idx, axis=0)`), if it is."""
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-        inner = _layer_match(expr.left)
-        bias = _chain(expr.right)
-        if inner and inner.kind == "linear" and bias == (inner.module[0], [*inner.module[1], "bias"]):
-            return _Match("linear_bias", inner.module, inner.argument, expr)
-    if (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.MatMult)
-            and isinstance(expr.right, ast.Attribute) and expr.right.attr == "T"):
-        weight = _chain(expr.right.value)
-        if weight and weight[1] and weight[1][-1] == "weight":
-            return _Match("linear", (weight[0], weight[1][:-1]), expr.left, expr)
-    if (isinstance(expr, ast.Call) and ast.unparse(expr.func) == "jnp.take" and len(expr.args) == 2
-            and [ast.unparse(k) for k in expr.keywords] == ["axis=0"]):
-        weight = _chain(expr.args[0])
-        if weight and weight[1] and weight[1][-1] == "weight":
-            return _Match("embed", (weight[0], weight[1][:-1]), expr.args[1], expr)
-    return None
-
-
-def _matches(tree: ast.AST) -> list[_Match]:
-    """The layer computations in `tree`, a `x @ w.T + b` once (not again as its `x @ w.T`)."""
-    found = [m for m in map(_layer_match, ast.walk(tree)) if m is not None]
-    biased = {id(m.expr.left) for m in found if m.kind == "linear_bias" and isinstance(m.expr, ast.BinOp)}
-    return [m for m in found if id(m.expr) not in biased]
-
-
-def find_layers(tree: Tree) -> None:
-    """Mark the torch Linear and Embedding modules whose every read is that layer's computation
-    (`x @ w.T + b`, `jnp.take(w, idx, axis=0)`) as framework layers (`Node.layer`)."""
-    matched: dict[str, str] = {}
-    raw: set[str] = set()
-    for function in tree.program.functions:
-        if function.calls[0].module_type is None:
-            continue
-        for path in dict.fromkeys(c.module_path for c in function.calls):
-            node = tree.nodes.get(path or "")
-            if node is not None:
-                _reads(function, _loop_aliases(function, node, tree), matched, raw)
-    for path, kind in matched.items():
-        node = tree.nodes[path]
-        want = LINEAR if kind == "linear" else EMBEDDING
-        if path not in raw and node.torch_type == want and not node.children and node.path:
-            node.layer = kind
-    places: dict[tuple[str, str], list[Node]] = {}  # a class's code is shared: all its instances or none
-    for owner in tree.nodes.values():
-        for name, child in owner.children.items():
-            for item in child if isinstance(child, list) else [child]:
-                places.setdefault((owner.cls, name), []).append(item)
-    for items in places.values():
-        if len({item.layer for item in items}) > 1:
-            for item in items:
-                item.layer = None
-
-
-def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dict[str, str],
-           raw: set[str]) -> None:
-    """Note each module whose tensors `function` reads as a layer computes (`matched`, by path) and
-    each it reads any other way (`raw`)."""
-
-    def nodes_of(chain: tuple[str, list[str | int]]) -> list[Node]:
-        base = scope.get(chain[0])
-        found = _walk(base, chain[1]) if base is not None else None
-        return [found] if isinstance(found, Node) else found if isinstance(found, list) else []
-
-    returns = [Statement([], function.returns, [], None)] if function.returns is not None else []
-    for statement in _all(function.body) + returns:
-        tree = statement.node()
-        inside: set[int] = set()
-        for match in _matches(tree):
-            argument = {id(n) for n in ast.walk(match.argument)}
-            inside |= {id(n) for n in ast.walk(match.expr) if id(n) not in argument}
-            kind = "embed" if match.kind == "embed" else "linear"
-            for hit in nodes_of(match.module):
-                if kind == "linear" and ("bias" in hit.leaves) != (match.kind == "linear_bias"):
-                    raw.add(hit.path)
-                elif matched.setdefault(hit.path, kind) != kind:
-                    raw.add(hit.path)
-        for expr in ast.walk(tree):
-            chain = _chain(expr) if isinstance(expr, ast.Subscript) else None
-            if chain is not None and chain[1] and id(expr) not in inside:
-                raw |= {hit.path for hit in nodes_of((chain[0], chain[1][:-1])) if chain[1][-1] in hit.leaves}
 
 
 def _is_none(attribute: str, op: ast.cmpop) -> ast.expr:
@@ -185,43 +59,6 @@ def _appended(value: ast.expr | None) -> bool:
     """Whether `value` is a `name.append(...)` call."""
     return (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
             and value.func.attr == "append" and isinstance(value.func.value, ast.Name))
-
-
-def _all(statements: list[Statement]) -> list[Statement]:
-    found: list[Statement] = []
-    for statement in statements:
-        found.append(statement)
-        if isinstance(statement, Loop):
-            found += _all(statement.body)
-    return found
-
-
-def _loop_aliases(function: Function, node: Node, tree: Tree) -> dict[str, Node | list[Node]]:
-    """`params`, `state` and the loop variables over a list of modules, each to what it holds."""
-    scope: dict[str, Node | list[Node]] = {"params": node, "state": node}
-    for statement in _all(function.body):
-        if isinstance(statement, Loop) and statement.loop_target is not None:
-            for name, items in _loop_modules(statement, scope):
-                scope[name] = items
-    return scope
-
-
-def _loop_modules(loop: Loop, scope: dict) -> list[tuple[str, list[Node]]]:
-    """The loop variables bound to list items: `layer` in `zip(params["layers"], state["layers"])`."""
-    iterable, target = loop.iterable, loop.loop_target
-    sources = iterable.args if isinstance(iterable, ast.Call) and ast.unparse(iterable.func) == "zip" else [
-        iterable]
-    names = target.elts if isinstance(target, ast.Tuple) and len(sources) > 1 else [target]
-    found = []
-    for source, name in zip(sources, names, strict=False):
-        chain = _chain(source) if source is not None else None
-        if chain is None or not isinstance(name, ast.Name):
-            continue
-        base = scope.get(chain[0])
-        items = _walk(base, chain[1]) if base is not None else None
-        if isinstance(items, list):
-            found.append((name.id, items))
-    return found
 
 
 class Writer:
@@ -248,7 +85,7 @@ class Writer:
     def method(self, function: Function) -> ast.FunctionDef:
         self._current = function
         node = self.tree.nodes[function.calls[0].module_path or ""]
-        scope = _Scope(_loop_aliases(function, node, self.tree), self._state_names(function))
+        scope = _Scope(loop_aliases(function, node, self.tree), self._state_names(function))
         body = [s for s in (self._statement(s, function, scope) for s in function.body) if s is not None]
         returns = copy.deepcopy(function.returns)
         updates: list[Statement] = []
@@ -320,12 +157,12 @@ class Writer:
         the loop variables over state lists (`layer_state`) and the lists collecting them: what the
         module styles do not write (the framework holds the state)."""
         names: set[str] = set()
-        statements = _all(function.body)
+        statements = all_statements(function.body)
         for statement in statements:
             if isinstance(statement, Loop) and isinstance(statement.loop_target, ast.Tuple):
                 sources = statement.iterable.args if isinstance(statement.iterable, ast.Call) else []
                 for source, target in zip(sources, statement.loop_target.elts, strict=False):
-                    chain = _chain(source)
+                    chain = keys_of(source)
                     if chain is not None and chain[0] == "state" and isinstance(target, ast.Name):
                         names.add(target.id)
             callee = self._callee(statement.value)
@@ -350,12 +187,12 @@ class Writer:
 
     def _loop(self, loop: Loop, function: Function, scope: _Scope) -> Statement | None:
         loop = copy.copy(loop)
-        bound = _loop_modules(loop, scope.aliases)
+        bound = loop_modules(loop, scope.aliases)
         if bound:  # `for layer, layer_state in zip(params["layers"], ...)`: `for layer in self.layers`
             name, _ = bound[0]
             iterable = loop.iterable
             source = iterable.args[0] if isinstance(iterable, ast.Call) else iterable
-            chain = _chain(source) if source is not None else None
+            chain = keys_of(source) if source is not None else None
             assert chain is not None
             loop.iterable = self._module_ref(chain, scope)
             loop.loop_target = named(name, ast.Store())
@@ -370,7 +207,7 @@ class Writer:
 
     def _module_ref(self, chain: tuple[str, list], scope: _Scope) -> ast.expr:
         base = named("self") if chain[0] in ("params", "state") else named(chain[0])
-        return _ref(base, chain[1])
+        return attribute_chain(base, chain[1])
 
     def _expr(self, value: ast.expr, function: Function, scope: _Scope) -> ast.expr:
         writer = self
@@ -389,10 +226,10 @@ class Writer:
                 return node
 
             def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
-                chain = _chain(node)
+                chain = keys_of(node)
                 if chain is not None and chain[0] in scope.aliases:
                     return writer._leaf(chain, scope, indexed=False) or node
-                inner = _chain(node.value)
+                inner = keys_of(node.value)
                 if inner is not None and inner[0] in scope.aliases:
                     leaf = writer._leaf(inner, scope, indexed=True)
                     if leaf is not None:
@@ -428,9 +265,9 @@ class Writer:
     def _comprehension(self, node: ast.ListComp | ast.GeneratorExp, scope: _Scope) -> None:
         """`for expert in params["experts"]` in a comprehension: `for expert in self.experts`."""
         for generator in node.generators:
-            chain = _chain(generator.iter)
+            chain = keys_of(generator.iter)
             base = scope.aliases.get(chain[0]) if chain is not None else None
-            items = _walk(base, chain[1]) if chain is not None and base is not None else None
+            items = walk(base, chain[1]) if chain is not None and base is not None else None
             if isinstance(items, list) and isinstance(generator.target, ast.Name) and chain is not None:
                 scope.aliases[generator.target.id] = items
                 generator.iter = self._module_ref(chain, scope)
@@ -447,9 +284,9 @@ class Writer:
 
     def _leaf(self, chain: tuple[str, list], scope: _Scope, *, indexed: bool) -> ast.expr | None:
         base = scope.aliases[chain[0]]
-        found = _walk(base, chain[1])
+        found = walk(base, chain[1])
         if isinstance(found, str):
-            owner = _walk(base, chain[1][:-1])
+            owner = walk(base, chain[1][:-1])
             holders = [owner, *owner.peers] if isinstance(owner, Node) else []
             kind = next((n.leaves[chain[1][-1]] for n in holders if chain[1][-1] in n.leaves), "param")
             return self.framework.read(self._module_ref(chain, scope), kind, indexed)
@@ -457,11 +294,11 @@ class Writer:
 
     def _layer(self, node: ast.expr, scope: _Scope) -> ast.expr | None:
         """`self.wqkv(x)` for `x @ params["wqkv"]["weight"].T` when `wqkv` is a framework layer."""
-        match = _layer_match(node)
+        match = layer_match(node)
         if match is None:
             return None
         base = scope.aliases.get(match.module[0])
-        found = _walk(base, match.module[1]) if base is not None else None
+        found = walk(base, match.module[1]) if base is not None else None
         items = found if isinstance(found, list) else [found]
         if not items or not all(isinstance(n, Node) and n.layer for n in items):
             return None
@@ -479,7 +316,7 @@ class Writer:
         args = call.args[skip:]
         ref: ast.expr = named("self")
         for arg in call.args[:skip]:
-            chain = _chain(arg) if not isinstance(arg, ast.Name) or arg.id in scope.aliases else None
+            chain = keys_of(arg) if not isinstance(arg, ast.Name) or arg.id in scope.aliases else None
             if isinstance(arg, ast.Name) and arg.id in scope.aliases:
                 chain = (arg.id, [])
             if chain is None:
@@ -493,7 +330,7 @@ class Writer:
             if skip == 0 and path != own:
                 relative = path[len(own) + 1:] if own else path
                 keys: list[str | int] = [int(k) if k.isdecimal() else k for k in relative.split(".")]
-                ref = _ref(named("self"), keys)
+                ref = attribute_chain(named("self"), keys)
         name = self.method_name(callee)
         func = ref if name == "__call__" else ast.Attribute(ref, name, ast.Load())
         if self._takes_state(callee):
