@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import load_sample
+from golden import assert_golden
 from test_export import sample as export_sample
 
 from jaxside.annotate.check import check_export, load_module
@@ -72,6 +73,8 @@ def test_a_sample_exports_as_classes_that_match_torch(sample, style, tmp_path):
     if style == "nnx":  # torch Linear/Embedding as the framework's layers, kernels transposed once
         assert "nnx.Linear(" in text and "layer.kernel[...] = weight.T" in text
         assert '["weight"]' not in text.partition("def _tensors")[0]
+    if sample in ("llama_model", "mlp"):
+        assert_golden("export_styles", f"{sample}_{style}.py", text)
     path = tmp_path / f"{sample}_{style}.py"
     path.write_text(text)
     for command in (["check", "--isolated", str(path)], ["format", "--isolated", "--check", str(path)]):

@@ -42,6 +42,8 @@ class Style(Framework, Protocol):
     base: str
     """The classes' base: `nnx.Module`."""
     imports: list[str]
+    layout: str
+    """The docstring's sentence on where tensors change layout."""
 
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
         """The class body's lines before the methods (fields, or `__init__`)."""
@@ -137,8 +139,7 @@ def _docstring(program: Program, style: Style, root: str, source: str) -> str:
         f"Traced with {inputs or 'no tensor inputs'}; non-tensor inputs are baked in as they were then.",
         *sizes_paragraphs(program),
         "\n".join(["Call it:", "", *style.usage(program, root)]),
-        f"One class per torch class, attributes named as in torch. `from_torch` is the one place the "
-        f"torch tensors change layout for {style.name}.",
+        f"One class per torch class, attributes named as in torch. {style.layout}",
     ]
     if program.config:
         paragraphs.append(
@@ -154,11 +155,11 @@ def _docstring(program: Program, style: Style, root: str, source: str) -> str:
 
 def _class(klass: Klass, style: Style, writer: Writer, tree: Tree) -> str:
     node = klass.nodes[0] if klass.nodes else None
-    where = f"`{node.path}`" if node is not None and node.path else "the traced model"
     more = f" and {len(klass.nodes) - 1} more" if len(klass.nodes) > 1 else ""
     what = "the torch module" if klass.methods else "the tensors of the torch module"
-    lines = [f"class {klass.name}({style.base}):",
-             f"    {user_text.docstring(f'`{klass.name}`: {what} at {where}{more}.', 4)}"]
+    doc = (f"`{klass.name}`: {what} at `{node.path}`{more}." if node is not None and node.path
+           else f"`{klass.name}`: the traced torch module.")
+    lines = [f"class {klass.name}({style.base}):", f"    {user_text.docstring(doc, 4)}"]
     declared = style.declare(klass, klass.attributes(), tree)
     lines += ["", *declared] if declared else []
     for function in klass.methods:
@@ -238,8 +239,10 @@ def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
     for klass in classes:
         parts.append(_builder(klass, builders, style, needs))
     root = _build_call(tree.root, builders, '""', needs)
+    changes = ("every layout change is made here, in the helpers it calls" if kinds
+               else "every tensor keeps torch's layout")
     doc = (f'"""The `{tree.root.cls}` holding a torch module\'s weights (the module, or its\n'
-           '`state_dict`): every layout change is made here, in the helpers it calls."""')
+           f'`state_dict`): {changes}."""')
     keyword = ", *, config=Config()" if tree.program.config else ""
     signature = f"def from_torch(model{keyword}):"
     lines = [signature, f"    {doc}", "    tensors = _tensors(model)"]

@@ -17,6 +17,7 @@ class Equinox:
     name = "Equinox"
     base = "eqx.Module"
     imports = ["import equinox as eqx"]
+    layout = "Every tensor keeps torch's layout: `from_torch` only places them."
     threads_state = True
     layers = False
     bottom_up = True

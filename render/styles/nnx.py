@@ -47,6 +47,8 @@ class Nnx:
     name = "Flax NNX"
     base = "nnx.Module"
     imports = ["from flax import nnx"]
+    layout = ("`from_torch` is the one place tensors change layout (`nnx.Linear` kernels are torch's "
+              "weights transposed); the other tensors keep torch's.")
     threads_state = False
     layers = True
     bottom_up = False
