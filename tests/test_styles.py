@@ -3,7 +3,8 @@ with their own `from_torch`, equal to torch leaf by leaf (state included, at oth
 under ruff, and reviewed against the torch file as a port with every torch line paired.
 
 Each sample is traced and lowered once for both styles. The review of every export is slow (a
-trace of each side); the default run reviews the Llama NNX export, ``JAXSIDE_REVIEW_STYLES=1`` all.
+trace of each side); the default run reviews the Llama NNX export, ``JAXSIDE_STYLES_ALL=1`` every
+one, and exports models of other files too (a nanoGPT-style GPT, transformers' Llama).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^(\S+\.py:\d+)\s+(\S+)\s+(\S+)(?:\s+(ok|DIFFERS))?$")
 RUFF = Path(sys.executable).parent / "ruff"
 SAMPLES = ["llama_model", "mlp", "cnn", "rnn", "moe"]
+ALL = bool(os.environ.get("JAXSIDE_STYLES_ALL"))
+"""The slow profile: every export reviewed, and models of other files exported (docs/testing.md)."""
 
 
 @dataclass
@@ -98,6 +101,27 @@ def test_blocks_built_with_other_flags_share_their_class():
         assert "if self.downsample is not None:" in text and "self.stride" in text
 
 
+@pytest.mark.skipif(not ALL, reason="slow: JAXSIDE_STYLES_ALL=1 runs it")
+@pytest.mark.parametrize("file", ["tests/models/run_tiny_gpt.py", "tests/models/run_hf_llama.py"])
+def test_models_of_other_files_export_in_both_styles(file):
+    """A nanoGPT-style model in a module its `example()` file imports, and transformers' Llama (an
+    installed library's classes: `LlamaAttention`, `LlamaRMSNorm`, ...): checked in both styles."""
+    if "hf_llama" in file:
+        pytest.importorskip("transformers")
+    sys.path.insert(0, str((ROOT / file).parent))
+    try:
+        fn, args, *rest = load_file(str(ROOT / file)).example()
+    finally:
+        sys.path.remove(str((ROOT / file).parent))
+    kwargs = rest[0] if rest else {}
+    program = lower(capture(fn, *args, **kwargs), lambda resize: Capture(resize=resize)(fn, *args, **kwargs))
+    for style in ("nnx", "equinox"):
+        text = module_source(program, file, style, fn)
+        report = check_export(load_module(text), program, Entry(fn, tuple(args), kwargs), run=runner(style))
+        assert report.ok, report.table()
+        assert "larger shape" in report.table()
+
+
 def test_from_torch_takes_a_state_dict_too():
     model, (x,) = load_sample("mlp").example()[:2]
     built = load_module(source("mlp", "nnx")).from_torch(model.state_dict())
@@ -114,7 +138,7 @@ def test_a_function_entry_is_refused_in_a_class_style():
 
 
 REVIEWED = [("llama_model", "nnx")] + ([(s, t) for s in SAMPLES for t in ("nnx", "equinox")][1:]
-                                      if os.environ.get("JAXSIDE_REVIEW_STYLES") else [])
+                                      if ALL else [])
 
 
 @pytest.mark.parametrize(("sample", "style"), REVIEWED)
