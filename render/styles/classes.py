@@ -8,6 +8,7 @@ converter makes its layers. The statements come from `render.styles.methods`.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -49,6 +50,10 @@ class Style(Framework, Protocol):
         """The class body's lines before the methods (fields, or `__init__`)."""
         ...
 
+    def argument(self, attribute: str) -> str:
+        """The constructor's keyword for an attribute."""
+        ...
+
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         """The converter's helpers for the framework layers used ("linear", "embed")."""
         ...
@@ -77,6 +82,10 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     if program.written_inputs:
         raise StyleError("the torch code writes its inputs in place: only the functional export returns them")
     tree = Tree(program, types)
+    odd = next((n for node in tree.nodes.values() for n in [*node.children, *node.leaves]
+                if not n.isidentifier() or keyword.iskeyword(n)), None)
+    if odd is not None:
+        raise StyleError(f"a torch attribute named {odd!r} is no Python attribute name")
     if style.layers:
         find_layers(tree)
     writer = Writer(tree, style)
@@ -92,12 +101,18 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     if program.config:
         blocks.append(config_from_text(program, "from_torch"))
     text = "\n".join(blocks)
-    used = {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)} | {"jnp"}
+    used = {n.id for tree in [ast.parse(text), *constants] for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {"jnp"}
     if program.config:
         used.add("dataclasses")
     standard = [IMPORTS[name] for name in STANDARD if name in used]
+    extend = (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Attribute) and n.attr == "extend")
+    if any(isinstance(n.value, ast.Name) and n.value.id == "jax" for n in extend):
+        style_imports = [*style.imports, "import jax.extend"]  # an exact primitive's home
+    else:
+        style_imports = list(style.imports)
     imports = sorted([line for name, line in IMPORTS.items() if name in used and name not in STANDARD]
-                     + style.imports, key=import_order)
+                     + style_imports, key=import_order)
     top = [user_text.docstring(_docstring(program, style, tree.root.cls, source))]
     top += ["\n".join(standard)] if standard else []
     top.append("\n".join(imports))
@@ -259,6 +274,11 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
             sample = _first(klass, name)
             if kind == "list":
                 items = sample if isinstance(sample, list) else []
+                kinds = {tuple((n.cls, n.layer) for n in node.children[name])  # type: ignore[union-attr]
+                         for node in klass.nodes if name in node.children}
+                if len({(n.cls, n.layer) for n in items}) > 1 and len(kinds) > 1:
+                    raise StyleError(f"`{klass.name}.{name}` holds other modules in other instances: "
+                                     "not written as one class yet")
                 if len({(n.cls, n.layer) for n in items}) > 1:  # a Sequential of different modules
                     calls = [_build_call(n, builders, f'path + "{name}.{i}."', needs)
                              for i, n in enumerate(items)]
@@ -276,7 +296,7 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
         else:
             read = f"tensors.get(path + {key})" if optional else f"tensors[path + {key}]"
             value = style.leaf(kind, read) if not optional else f"{read}"
-        args.append(f"        {name}={value},")
+        args.append(f"        {style.argument(name)}={value},")
     if klass.uses_config:
         args.append("        config=config,")
     if any(f.differing for f in kept_flags(klass)):

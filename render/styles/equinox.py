@@ -56,6 +56,9 @@ class Equinox:
             lines.append(f"    {flag.attribute}: {kind} = eqx.field(static=True, default={flag.default})")
         return lines
 
+    def argument(self, attribute: str) -> str:
+        return attribute
+
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return []
 

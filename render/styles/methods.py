@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from jaxside.render.ir import Define, Function, Loop, Statement, named
 from jaxside.render.styles.layers import layer_match
@@ -118,9 +118,9 @@ class Writer:
     # -- statements ------------------------------------------------------------------------------
 
     def _statement(self, statement: Statement, function: Function, scope: _Scope) -> Statement | None:
-        if isinstance(statement, Define):
-            raise StyleError(f"`{function.name}` defines a def inside it (a loop body): "
-                             "not written as a method yet")
+        if isinstance(statement, Define):  # a helper the def calls (a custom rule's body): as it is,
+            node = self._expr(statement.node(), function, scope)  # its reads made the module's own
+            return _Raw(statement.targets, statement.value, statement.eqns, statement.site, node_=node)
         statement = copy.copy(statement)
         if isinstance(statement, Loop):
             return self._loop(statement, function, scope)
@@ -209,7 +209,7 @@ class Writer:
         base = named("self") if chain[0] in ("params", "state") else named(chain[0])
         return attribute_chain(base, chain[1])
 
-    def _expr(self, value: ast.expr, function: Function, scope: _Scope) -> ast.expr:
+    def _expr(self, value: Any, function: Function, scope: _Scope) -> Any:
         writer = self
 
         class Rewrite(ast.NodeTransformer):

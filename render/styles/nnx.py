@@ -62,13 +62,14 @@ class Nnx:
         return ast.Assign([ast.Subscript(ref, ast.Constant(Ellipsis), ast.Store())], value, lineno=0)
 
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
-        required = [name for name, _, optional in attributes if not optional]
-        optional = [f"{name}=None" for name, _, optional in attributes if optional]
+        required = [self.argument(name) for name, _, optional in attributes if not optional]
+        optional = [f"{self.argument(name)}=None" for name, _, optional in attributes if optional]
         flags = [f"{f.attribute}={f.default}" for f in kept_flags(klass)]
         keywords = (["config"] if klass.uses_config else []) + flags
         keywords = ["*", *keywords] if keywords else []
         lines = [f"def __init__({', '.join(['self', *required, *optional, *keywords])}):"]
-        for name, kind, optional in attributes:
+        for attribute, kind, optional in attributes:
+            name = self.argument(attribute)
             if kind == "child":
                 value = name
             elif kind == "list":
@@ -77,13 +78,18 @@ class Nnx:
                 value = f"{_VARIABLES[kind]}({name})"
                 if optional:
                     value = f"None if {name} is None else {value}"
-            lines.append(f"    self.{name} = {value}")
+            lines.append(f"    self.{attribute} = {value}")
         if klass.uses_config:
             lines.append("    self.config = config")
         lines += [f"    self.{f.attribute} = {f.attribute}" for f in kept_flags(klass)]
         if len(lines) == 1:  # nothing to hold: nnx.Module's own __init__
             return []
         return format_statement(ast.parse("\n".join(lines)).body[0], 4, MODULE_WIDTH)
+
+    def argument(self, attribute: str) -> str:
+        """`__init__`'s parameter for an attribute: its name, `self_` for a torch child named `self`
+        (a BERT attention's `self.self`)."""
+        return f"{attribute}_" if attribute == "self" else attribute
 
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return [_LAYERS[kind] for kind in sorted(kinds)]
