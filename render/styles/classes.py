@@ -113,7 +113,8 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
         style_imports = list(style.imports)
     imports = sorted([line for name, line in IMPORTS.items() if name in used and name not in STANDARD]
                      + style_imports, key=import_order)
-    top = [user_text.docstring(_docstring(program, style, tree.root.cls, source))]
+    layers = any(node.layer for node in tree.nodes.values())
+    top = [user_text.docstring(_docstring(program, style, tree.root.cls, source, layers))]
     top += ["\n".join(standard)] if standard else []
     top.append("\n".join(imports))
     if constants:
@@ -146,7 +147,7 @@ def _bottom_up(classes: list[Klass]) -> list[Klass]:
     return list(done.values())
 
 
-def _docstring(program: Program, style: Style, root: str, source: str) -> str:
+def _docstring(program: Program, style: Style, root: str, source: str, layers: bool) -> str:
     trace = program.trace
     inputs = ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
     paragraphs = [
@@ -154,7 +155,8 @@ def _docstring(program: Program, style: Style, root: str, source: str) -> str:
         f"Traced with {inputs or 'no tensor inputs'}; non-tensor inputs are baked in as they were then.",
         *sizes_paragraphs(program),
         "\n".join(["Call it:", "", *style.usage(program, root)]),
-        f"One class per torch class, attributes named as in torch. {style.layout}",
+        "One class per torch class, attributes named as in torch. " + (
+            style.layout if layers else "Every tensor keeps torch's layout: `from_torch` only places them."),
     ]
     if program.config:
         paragraphs.append(

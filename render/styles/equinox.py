@@ -17,7 +17,7 @@ class Equinox:
     name = "Equinox"
     base = "eqx.Module"
     imports = ["import equinox as eqx"]
-    layout = "Every tensor keeps torch's layout: `from_torch` only places them."
+    layout = ""  # no framework layers: every tensor keeps torch's layout
     threads_state = True
     layers = False
     bottom_up = True
