@@ -28,6 +28,10 @@ from jaxside.render.ir import Program
 from jaxside.tracing import example_key, is_key, plain_output, random_outputs
 from jaxside.tracing.trace import Trace
 
+Runner = Callable[[types.ModuleType, Program, Any, tuple, dict], tuple[Any, Any]]
+"""How a module export is run for ``--check``: (module, program, torch entry, args, kwargs) ->
+(outputs, new state as a tree of dicts and lists by buffer path, or None)."""
+
 
 @dataclass
 class CheckReport:
@@ -75,6 +79,7 @@ def check_export(
     note: str = "",
     given: tuple[tuple, dict] | None = None,
     show: Callable[[str], None] | None = None,
+    run: Runner | None = None,
 ) -> CheckReport:
     """Compare the export (`module`, from `program`) with torch eager, leaf by leaf: on the example
     inputs of `entry` and, where the export is generic, at a smaller and a larger shape; or on the
@@ -88,7 +93,7 @@ def check_export(
 
     args, kwargs = given if given is not None else (entry.args, entry.kwargs)
     inputs = "the example inputs" if given is None else "the inputs given"
-    report.comparisons = check(module, program, entry.fn, args, kwargs, rtol=rtol, atol=atol)
+    report.comparisons = check(module, program, entry.fn, args, kwargs, rtol=rtol, atol=atol, run=run)
     say(f"annotate: --check: the export against torch eager on {inputs} "
         f"({'model weights' if program.takes_params else 'no weights'}{note}):")
     for comparison in report.comparisons:
@@ -103,7 +108,7 @@ def check_export(
         if refused is not None:  # sizes the torch code refuses are no sizes the export must take
             say(f"annotate: --check: not at {which} shape ({where}): torch eager raised {refused}")
             continue
-        more = check(module, program, entry.fn, resized, resized_kwargs, rtol=rtol, atol=atol)
+        more = check(module, program, entry.fn, resized, resized_kwargs, rtol=rtol, atol=atol, run=run)
         say(f"annotate: --check: and at {which} shape ({where}):")
         for comparison in more:
             say(comparison.line())
@@ -156,11 +161,13 @@ def to_jax(value: Any) -> Any:
     return torch_pytree.tree_map(convert, value)
 
 
-def entry_inputs(module: types.ModuleType, program: Program, fn: Any, args: tuple, kwargs: dict) -> list[Any]:
-    """The exported entry's arguments: params and state from the model, then the traced tensors,
-    then `example_key()` when the export draws random numbers."""
+def entry_inputs(module: types.ModuleType, program: Program, fn: Any, args: tuple, kwargs: dict, *,
+                 weights: bool = True) -> list[Any]:
+    """The exported entry's arguments: params and state from the model (unless not `weights`: a
+    module export holds them), then the traced tensors, then `example_key()` when the export draws
+    random numbers."""
     values: list[Any] = []
-    if program.takes_params or program.takes_state:
+    if weights and (program.takes_params or program.takes_state):
         loaded = module.load_params(fn)
         if program.takes_params and program.takes_state:
             values += list(loaded)
@@ -199,12 +206,17 @@ def check(
     *,
     rtol: float | None = None,
     atol: float | None = None,
+    run: Runner | None = None,
 ) -> list[Comparison]:
     """Run the export under `jax.jit` and torch eager on the same inputs; compare every leaf of the
-    result (outputs drawn from the export's `key` by shape and dtype only) and every new state buffer."""
-    inputs = entry_inputs(module, program, fn, args, kwargs)  # before torch runs: it may write buffers
-    result = run_jitted(getattr(module, program.entry.name), inputs)
-    outputs, new_state = result if program.takes_state or program.written_inputs else (result, None)
+    result (outputs drawn from the export's `key` by shape and dtype only) and every new state buffer.
+    `run` runs a module export instead (`annotate.check_modules`): (outputs, new state tree)."""
+    if run is not None:  # a module export: built with its from_torch, before torch runs
+        outputs, new_state = run(module, program, fn, args, kwargs)
+    else:
+        inputs = entry_inputs(module, program, fn, args, kwargs)  # before torch runs: it may write buffers
+        result = run_jitted(getattr(module, program.entry.name), inputs)
+        outputs, new_state = result if program.takes_state or program.written_inputs else (result, None)
     written = _written_arguments(fn, args, kwargs, program.written_inputs)
     try:
         with torch.no_grad():

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--setup", metavar="STMTS", help="statements run before tracing, with `model` bound to the "
         "entry, e.g. 'model.setup_caches(1, 64)'")
     add("--export", action="store_true", help="write a structured JAX module instead of comments")
+    add("--style", choices=("functional", "nnx", "equinox"), default="functional",
+        help="the --export module's style: defs over params dicts (functional, the default), Flax NNX "
+        "modules (nnx) or Equinox modules (equinox), each with from_torch(model) converting the weights")
     add("--json", metavar="PATH", nargs="?", const=MAIN, help="the torch line -> JAX statements map as "
         "JSON, every traced file's lines: each value's origin, shape and dtype (schema in docs/usage.md); "
         "bare, instead of comments; with a PATH, written there beside the other outputs")

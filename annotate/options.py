@@ -33,6 +33,8 @@ class Options:
     kwargs: str | None = None
     setup: str | None = None
     export: bool = False
+    style: str = "functional"
+    """The module's style: "functional", "nnx" or "equinox"."""
     json: str | bool | None = None
     """A path, `MAIN` for a bare ``--json``, or None."""
     output: str | None = None

@@ -132,17 +132,19 @@ def run_export(options: Options, program: Any, entry: Any, say: Say) -> int:
     compared with torch eager (its table on stderr); the exit code."""
     from jaxside.annotate.export import module_source
 
-    text = module_source(program, options.shown_file)
+    text = module_source(program, options.shown_file, options.style, entry.fn)
     if options.export:
         emit(text, options, say)
     if not options.check:
         return EXIT_OK
     from jaxside.annotate.check import check_export, load_module
+    from jaxside.annotate.check_modules import runner
 
     unwritten = "" if options.export else "; not written: --export -o PATH keeps it"
     with stdout_to_stderr():  # torch eager runs the user's code again
         report = check_export(load_module(text), program, entry, rtol=options.rtol, atol=options.atol,
-                              note=unwritten, show=lambda line: print(line, file=sys.stderr))
+                              note=unwritten, show=lambda line: print(line, file=sys.stderr),
+                              run=runner(options.style))
     return report.exit_code
 
 

@@ -13,7 +13,7 @@ from jaxside.render.lower.config_fields import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
 
-_IMPORTS = {
+IMPORTS = {
     "jax": "import jax",
     "jnp": "import jax.numpy as jnp",
     "lax": "from jax import lax",
@@ -21,7 +21,7 @@ _IMPORTS = {
     "dataclasses": "import dataclasses",
     "math": "import math",
 }
-_STANDARD = ("dataclasses", "math")
+STANDARD = ("dataclasses", "math")
 """Imports of the standard library: their own block, before jax's (as isort sorts them)."""
 
 
@@ -36,18 +36,18 @@ def render_program(program: Program, *, source: str) -> str:
         used |= {"jnp"}
     if program.config:
         used |= {"dataclasses"}
-        constants_text = _config_class(program)
-        loader = "\n\n\n".join(filter(None, [loader, _config_from(program)]))
-    imports = [line for name, line in _IMPORTS.items() if name in used and name not in _STANDARD]
+        constants_text = config_class(program)
+        loader = "\n\n\n".join(filter(None, [loader, config_from_text(program)]))
+    imports = [line for name, line in IMPORTS.items() if name in used and name not in STANDARD]
     extend = (n for t in defs for n in ast.walk(t) if isinstance(n, ast.Attribute) and n.attr == "extend")
     if any(isinstance(n.value, ast.Name) and n.value.id == "jax" for n in extend):
         imports.append("import jax.extend")  # an exact primitive's home; `import jax` does not load it
-    standard = [_IMPORTS[name] for name in _STANDARD if name in used]
+    standard = [IMPORTS[name] for name in STANDARD if name in used]
     docstring = user_text.docstring(_docstring(program, source))
     # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after
     # the imports (two before a def), two around defs.
     top = [docstring] + (["\n".join(standard)] if standard else [])
-    top += ["\n".join(sorted(imports, key=_import_order))] if imports else []
+    top += ["\n".join(sorted(imports, key=import_order))] if imports else []
     if loader and program.state_paths:
         top.append(_state_constant(program))
     if constants:
@@ -77,7 +77,7 @@ def _docstring(program: Program, source: str) -> str:
         f"Traced with {inputs}; shapes and non-tensor inputs are baked in as they were then."
         if program.sizes is None
         else f"Traced with {inputs}; non-tensor inputs are baked in as they were then.",
-        *_sizes(program),
+        *sizes_paragraphs(program),
     ]
     call = ["Call it:", ""]
     if program.takes_params and program.takes_state:
@@ -125,10 +125,10 @@ def _docstring(program: Program, source: str) -> str:
     if program.fallbacks:
         names = ", ".join(sorted(program.fallbacks))
         paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")
-    return "\n\n".join(_fill(p) for p in paragraphs)
+    return "\n\n".join(fill(p) for p in paragraphs)
 
 
-def _sizes(program: Program) -> list[str]:
+def sizes_paragraphs(program: Program) -> list[str]:
     """What the docstring says about sizes: which input dimensions are generic, which fixed and why."""
     sizes = program.sizes
     if sizes is None:
@@ -159,7 +159,7 @@ def _sizes(program: Program) -> list[str]:
     return paragraphs
 
 
-def _fill(paragraph: str) -> str:
+def fill(paragraph: str) -> str:
     if paragraph.startswith("Call it:"):
         return paragraph
     return textwrap.fill(paragraph, MODULE_WIDTH - 3, break_long_words=False, break_on_hyphens=False)
@@ -201,7 +201,7 @@ def _state_constant(program: Program) -> str:
 # -- the config --------------------------------------------------------------------------------------
 
 
-def _config_class(program: Program) -> str:
+def config_class(program: Program) -> str:
     """`Config`: the torch attributes the defs read, with the traced model's values as defaults."""
     first = program.config[0]
     doc = textwrap.fill(
@@ -220,12 +220,12 @@ def _config_class(program: Program) -> str:
     return "\n".join(lines)
 
 
-def _config_from(program: Program) -> str:
+def config_from_text(program: Program, entry: str | None = None) -> str:
     items = "".join(f"\n        {f.name}={accessor(f)}," for f in program.config)
     return (
         "def config_from(model):\n"
         '    """The `Config` of a torch module built as the traced one, for\n'
-        f'    `{program.entry.name}(..., config=config_from(model))`."""\n'
+        f'    `{entry or program.entry.name}(..., config=config_from(model))`."""\n'
         f"    return Config({items}\n    )"
     )
 
@@ -300,5 +300,5 @@ def _is_state(path):
     return text.rstrip("\n")
 
 
-def _import_order(line: str) -> tuple[int, str]:
+def import_order(line: str) -> tuple[int, str]:
     return (line.startswith("from"), line)

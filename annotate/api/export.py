@@ -36,7 +36,7 @@ class Export:
         self._traced, self.options = traced, options
         self.program = traced.program
         if source is None:
-            source = module_source(traced.program, label(traced.file))
+            source = module_source(traced.program, label(traced.file), options.style, traced.entry.fn)
         self.source: str = source
         """The module's text, as ``annotate --export`` writes it (without the seal)."""
         self.module: types.ModuleType = load_module(self.source, "jaxside_export")
@@ -108,6 +108,7 @@ class Export:
         example inputs (and at a smaller and a larger shape where the export is generic), or on
         the inputs given. A `CheckReport`: `.ok`, `.comparisons`, `.table()` (``--check``'s lines)."""
         from jaxside.annotate.check import check_export
+        from jaxside.annotate.check_modules import runner
         from jaxside.annotate.errors import Failure
 
         if self.options.abstract:
@@ -117,7 +118,7 @@ class Export:
         rtol = self.options.rtol if rtol is None else rtol
         atol = self.options.atol if atol is None else atol
         return check_export(self.module, self.program, self._traced.entry, rtol=rtol, atol=atol,
-                            given=given)
+                            given=given, run=runner(self.options.style))
 
     def write(self, path: str | Path, *, force: bool | None = None) -> bool:
         """Write the module to `path` as ``annotate --export -o PATH`` does: sealed, only when it
@@ -167,6 +168,7 @@ def export(
     /,
     *args: Any,
     static_shapes: bool = False,
+    style: str = "functional",
     abstract: bool = False,
     watch: Iterable[str | types.ModuleType] = (),
     rtol: float | None = None,
@@ -179,7 +181,7 @@ def export(
     """Trace ``fn(*args, **inputs)`` (an `nn.Module` or a function) and export it as ``annotate
     --export`` does; the options are the command line's, by the same names (docs/api.md).
     Keyword inputs named like an option go in `kwargs`."""
-    options = Options(file="", export=True, static_shapes=static_shapes, abstract=abstract,
+    options = Options(file="", export=True, static_shapes=static_shapes, style=style, abstract=abstract,
                       watch=watched(watch), rtol=rtol, atol=atol, shapes=shapes, force=force)
     traced = trace_entry(fn, args, {**(kwargs or {}), **inputs}, options)
     return Export(traced, dataclasses.replace(options, file=traced.file))

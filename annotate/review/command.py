@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -87,8 +88,8 @@ def _review(options: ReviewOptions, status: Status) -> int:
     with stdout_to_stderr():
         status.phase(f"tracing {Path(options.file).name}")
         entry = find_entry(load_file(options.file), options)
-        review = review_entries(options, entry, lambda torch_entry: _port_entry(options, torch_entry),
-                                status.phase)
+        review = review_entries(options, entry,
+                                lambda torch_entry: _port_entry(options, torch_entry, entry.fn), status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:
@@ -96,14 +97,17 @@ def _review(options: ReviewOptions, status: Status) -> int:
     return EXIT_OK if review.ok else EXIT_MISMATCH
 
 
-def _port_entry(options: ReviewOptions, torch_entry: str) -> tuple[Any, Any, str]:
-    """PORT_FILE loaded, and the port in it: ``--port-entry``, else `forward`, else `build`, else what
-    has the torch entry's name (an export of a torch function keeps the function's name)."""
+def _port_entry(options: ReviewOptions, torch_entry: str, model: Any = None) -> tuple[Any, Any, str]:
+    """PORT_FILE loaded, and the port in it: ``--port-entry``, else `forward`, else `build`, else
+    `from_torch` given the torch module (an NNX or Equinox export), else what has the torch entry's
+    name (an export of a torch function keeps the function's name)."""
     module = _load_port(options.port)
     named = torch_entry.rpartition(".")[2]
-    defaults = ("forward", "build", named)
+    defaults = ("forward", "build", "from_torch", named)
     name = options.port_entry or next((n for n in defaults if hasattr(module, n)), "forward")
     entry = getattr(module, name, None)
+    if name == "from_torch" and callable(entry) and model is not None:
+        entry = functools.partial(entry, model)  # the structure from the converter; review maps the weights
     if entry is None or not callable(entry) and not isinstance(entry, tuple):
         what = (f"no {name}" if options.port_entry
                 else f"no forward (a function), build (returning a module) or {named}")

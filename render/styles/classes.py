@@ -1,0 +1,347 @@
+"""Program -> a class-style module (Flax NNX or Equinox): one class per torch class, the defs as its
+methods, plain defs and `Config` as in the functional export, and `from_torch`, the one converter.
+
+`Style` is what a framework adds: its imports, how a class declares its attributes, how the
+converter makes its layers. The statements come from `render.styles.methods`.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from jaxside.render import text as user_text
+from jaxside.render.ir import Program
+from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
+from jaxside.render.module import (
+    IMPORTS,
+    STANDARD,
+    config_class,
+    config_from_text,
+    fill,
+    import_order,
+    sizes_paragraphs,
+)
+from jaxside.render.names import snake
+from jaxside.render.styles.layers import find_layers
+from jaxside.render.styles.methods import Framework, Writer
+from jaxside.render.styles.tree import Klass, Node, StyleError, Tree, kept_flags
+
+__all__ = ["Style", "render_classes"]
+
+
+class Style(Framework, Protocol):
+    layers: bool
+    """Whether torch Linear and Embedding modules become the framework's layers."""
+    bottom_up: bool
+    """Whether a class comes after its children's classes (annotations that name them)."""
+    name: str
+    """As the docstring says it: "Flax NNX"."""
+    base: str
+    """The classes' base: `nnx.Module`."""
+    imports: list[str]
+    layout: str
+    """The docstring's sentence on where tensors change layout."""
+
+    def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
+        """The class body's lines before the methods (fields, or `__init__`)."""
+        ...
+
+    def argument(self, attribute: str) -> str:
+        """The constructor's keyword for an attribute."""
+        ...
+
+    def layer_helpers(self, kinds: set[str]) -> list[str]:
+        """The converter's helpers for the framework layers used ("linear", "embed")."""
+        ...
+
+    def leaf(self, kind: str, value: str) -> str:
+        """The converter's expression for a leaf of this kind (`nnx.Param(value)` or `value`)."""
+        ...
+
+    def child_list(self, items: str) -> str:
+        ...
+
+    def finish(self, root: str, program: Program) -> list[str]:
+        """`from_torch`'s last lines, given the root's builder call."""
+        ...
+
+    def usage(self, program: Program, root: str) -> list[str]:
+        """The docstring's "Call it:" lines."""
+        ...
+
+
+def render_classes(program: Program, style: Style, *, source: str, types: dict[str, str]) -> str:
+    """The module text of `program` in `style`; `types` gives the torch class of each module path
+    (`torch.nn.modules.linear.Linear`), `source` what it was generated from."""
+    if program.entry.calls[0].module_type is None:
+        raise StyleError("the entry is a function, not a torch module: only the functional export fits it")
+    if program.written_inputs:
+        raise StyleError("the torch code writes its inputs in place: only the functional export returns them")
+    tree = Tree(program, types)
+    odd = next((n for node in tree.nodes.values() for n in [*node.children, *node.leaves]
+                if not n.isidentifier() or keyword.iskeyword(n)), None)
+    if odd is not None:
+        raise StyleError(f"a torch attribute named {odd!r} is no Python attribute name")
+    if style.layers:
+        find_layers(tree)
+    writer = Writer(tree, style)
+    classes = tree.classes()
+    if style.bottom_up:  # field annotations name the children's classes: those come first
+        classes = _bottom_up(classes)
+    methods = {f.name for k in classes for f in k.methods}
+    plain = [f.node() for f in program.functions + program.helpers if f.name not in methods]
+    blocks = [_class(klass, style, writer, tree) for klass in classes]
+    blocks += ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in plain]
+    constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
+    blocks.append(_converter(tree, classes, style))
+    if program.config:
+        blocks.append(config_from_text(program, "from_torch"))
+    text = "\n".join(blocks)
+    used = {n.id for tree in [ast.parse(text), *constants] for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {"jnp"}
+    if program.config:
+        used.add("dataclasses")
+    standard = [IMPORTS[name] for name in STANDARD if name in used]
+    extend = (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Attribute) and n.attr == "extend")
+    if any(isinstance(n.value, ast.Name) and n.value.id == "jax" for n in extend):
+        style_imports = [*style.imports, "import jax.extend"]  # an exact primitive's home
+    else:
+        style_imports = list(style.imports)
+    imports = sorted([line for name, line in IMPORTS.items() if name in used and name not in STANDARD]
+                     + style_imports, key=import_order)
+    layers = any(node.layer for node in tree.nodes.values())
+    top = [user_text.docstring(_docstring(program, style, tree.root.cls, source, layers))]
+    top += ["\n".join(standard)] if standard else []
+    top.append("\n".join(imports))
+    if constants:
+        top.append("\n".join(line for c in constants for line in format_statement(c, 0, MODULE_WIDTH)))
+    if program.config:
+        top.append("\n" + config_class(program))
+    text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
+    user_text.check_compiles(text, "module")
+    return text
+
+
+def _bottom_up(classes: list[Klass]) -> list[Klass]:
+    by_name = {k.name: k for k in classes}
+    done: dict[str, Klass] = {}
+
+    def visit(klass: Klass) -> None:
+        if klass.name in done:
+            return
+        done[klass.name] = klass  # marked first: a class reaching itself is no cycle to follow
+        for node in klass.nodes:
+            for child in node.children.values():
+                for item in child if isinstance(child, list) else [child]:
+                    if item.cls in by_name:
+                        visit(by_name[item.cls])
+        done.pop(klass.name)
+        done[klass.name] = klass
+
+    for klass in classes:
+        visit(klass)
+    return list(done.values())
+
+
+def _docstring(program: Program, style: Style, root: str, source: str, layers: bool) -> str:
+    trace = program.trace
+    inputs = ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
+    paragraphs = [
+        f"{style.name} for {user_text.comment(source)}, exported by jaxside from one traced run (torchax).",
+        f"Traced with {inputs or 'no tensor inputs'}; non-tensor inputs are baked in as they were then.",
+        *sizes_paragraphs(program),
+        "\n".join(["Call it:", "", *style.usage(program, root)]),
+        "One class per torch class, attributes named as in torch. " + (
+            style.layout if layers else "Every tensor keeps torch's layout: `from_torch` only places them."),
+    ]
+    if program.config:
+        paragraphs.append(
+            "Config: the numbers the torch code read from its modules are the fields of `Config`, "
+            "the traced model's by default; for another model built the same way, pass "
+            "`config=config_from(model)` to `from_torch`."
+        )
+    if program.fallbacks:
+        names = ", ".join(sorted(program.fallbacks))
+        paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")
+    return "\n\n".join(fill(p) for p in paragraphs)
+
+
+def _class(klass: Klass, style: Style, writer: Writer, tree: Tree) -> str:
+    node = klass.nodes[0] if klass.nodes else None
+    more = f" and {len(klass.nodes) - 1} more" if len(klass.nodes) > 1 else ""
+    what = "the torch module" if klass.methods else "the tensors of the torch module"
+    doc = (f"`{klass.name}`: {what} at `{node.path}`{more}." if node is not None and node.path
+           else f"`{klass.name}`: the traced torch module.")
+    lines = [f"class {klass.name}({style.base}):", f"    {user_text.docstring(doc, 4)}"]
+    declared = style.declare(klass, klass.attributes(), tree)
+    lines += ["", *declared] if declared else []
+    for function in klass.methods:
+        lines.append("")
+        lines += format_statement(writer.method(function), 4, MODULE_WIDTH)
+    while lines[-1] == "":
+        lines.pop()
+    return "\n".join(lines)
+
+
+# -- from_torch --------------------------------------------------------------------------------------
+
+
+_TENSORS = '''def _tensors(model):
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
+    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        for prefix, module in model.named_modules():
+            for name, value in vars(module).items():
+                if isinstance(value, torch.Tensor):
+                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+    else:
+        tensors = dict(model)
+    arrays = {}
+    for path, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor):
+            tensor = tensor.detach().cpu()
+            if tensor.dtype == torch.bfloat16:
+                tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
+            else:
+                tensor = jnp.asarray(tensor.numpy())
+        arrays[path] = jnp.asarray(tensor)
+    return arrays
+
+
+def _count(tensors, prefix):
+    """How many numbered children (a ModuleList) the tensors have under `prefix`."""
+    numbers = {
+        path[len(prefix) :].split(".")[0] for path in tensors if path.startswith(prefix)
+    }
+    return len(numbers)'''
+
+
+@dataclass
+class _Builder:
+    name: str
+    klass: Klass
+
+
+def _needs_config(classes: list[Klass]) -> set[str]:
+    """The classes whose builders take the config: those that keep it, and those above them."""
+    by_name = {k.name: k for k in classes}
+    needs = {k.name for k in classes if k.uses_config}
+    grew = True
+    while grew:
+        grew = False
+        for klass in classes:
+            children = {item.cls for node in klass.nodes for child in node.children.values()
+                        for item in (child if isinstance(child, list) else [child]) if item.cls in by_name}
+            if klass.name not in needs and children & needs:
+                needs.add(klass.name)
+                grew = True
+    return needs
+
+
+def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
+    builders = {k.name: f"_{snake(k.name)}" for k in classes}
+    needs = _needs_config(classes)
+    kinds = {n.layer for n in tree.nodes.values() if n.layer}
+    parts = [_TENSORS, *style.layer_helpers(kinds)]
+    table = _flags_table(classes)
+    if table:
+        parts.append(table)
+    for klass in classes:
+        parts.append(_builder(klass, builders, style, needs))
+    root = _build_call(tree.root, builders, '""', needs)
+    changes = ("every layout change is made here, in the helpers it calls" if kinds
+               else "every tensor keeps torch's layout")
+    doc = (f'"""The `{tree.root.cls}` holding a torch module\'s weights (the module, or its\n'
+           f'`state_dict`): {changes}."""')
+    keyword = ", *, config=Config()" if tree.program.config else ""
+    signature = f"def from_torch(model{keyword}):"
+    lines = [signature, f"    {doc}", "    tensors = _tensors(model)"]
+    lines += [f"    {line}" for line in style.finish(root, tree.program)]
+    converter = "\n".join(format_statement(ast.parse("\n".join(lines)).body[0], 0, MODULE_WIDTH))
+    return "\n\n\n".join([*parts, converter])
+
+
+def _as_list(child: Node | list[Node]) -> list[Node]:
+    return child if isinstance(child, list) else [child]
+
+
+def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[str]) -> str:
+    args = []
+    for name, kind, optional in klass.attributes():
+        key = user_text.literal(name)
+        if kind in ("child", "list"):
+            sample = _first(klass, name)
+            if kind == "list":
+                items = sample if isinstance(sample, list) else []
+                kinds = {tuple((n.cls, n.layer) for n in _as_list(node.children[name]))
+                         for node in klass.nodes if name in node.children}
+                if len({(n.cls, n.layer) for n in items}) > 1 and len(kinds) > 1:
+                    raise StyleError(f"`{klass.name}.{name}` holds other modules in other instances: "
+                                     "not written as one class yet")
+                if len({(n.cls, n.layer) for n in items}) > 1:  # a Sequential of different modules
+                    calls = [_build_call(n, builders, f'path + "{name}.{i}."', needs)
+                             for i, n in enumerate(items)]
+                    value = style.child_list(f"[{', '.join(calls)}]")
+                else:
+                    build = _build_call(items[0], builders, f'f"{{path}}{name}.{{i}}."', needs)
+                    count = f"_count(tensors, f\"{{path}}{name}.\")"
+                    value = style.child_list(f"[{build} for i in range({count})]")
+            else:
+                value = "None"
+                if isinstance(sample, Node):
+                    value = _build_call(sample, builders, f'path + "{name}."', needs)
+            if optional:
+                value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
+        else:
+            read = f"tensors.get(path + {key})" if optional else f"tensors[path + {key}]"
+            value = style.leaf(kind, read) if not optional else f"{read}"
+        args.append(f"        {style.argument(name)}={value},")
+    if klass.uses_config:
+        args.append("        config=config,")
+    if any(f.differing for f in kept_flags(klass)):
+        args.append('        **_FLAGS.get(path.removesuffix("."), {}),')
+    body = "\n".join(args)
+    config = ", config" if klass.name in needs else ""
+    signature = f"def {builders[klass.name]}(tensors, path{config}):"
+    doc = f'    """`{klass.name}` from the tensors under `path`."""'
+    text = f"{signature}\n{doc}\n    return {klass.name}(\n{body}\n    )"
+    lines = format_statement(ast.parse(text).body[0], 0, MODULE_WIDTH)
+    return re.sub(r"f'([^'\"]*)'", r'f"\1"', "\n".join(lines))
+
+
+def _flags_table(classes: list[Klass]) -> str:
+    """`_FLAGS`: per instance path, the flags its torch module was built with that differ from
+    its class's defaults (`{"layers.1": {"stride": 2}}`)."""
+    rows: dict[str, dict[str, str]] = {}
+    for klass in classes:
+        for flag in kept_flags(klass):
+            for path, value in flag.differing.items():
+                rows.setdefault(path, {})[flag.attribute] = value
+    if not rows:
+        return ""
+    def entries(row: dict[str, str]) -> str:
+        return ", ".join(f"{user_text.literal(k)}: {v}" for k, v in row.items())
+
+    items = ", ".join(f"{user_text.literal(path)}: {{{entries(row)}}}" for path, row in rows.items())
+    tree = ast.parse(f"_FLAGS = {{{items}}}")
+    lines = format_statement(tree.body[0], 0, MODULE_WIDTH)
+    doc = '"""Per torch module, the flags it was built with where they differ from its class\'s defaults."""'
+    return double_quotes("\n".join(lines)) + "\n" + doc
+
+
+def _first(klass: Klass, name: str) -> Node | list[Node] | None:
+    return next((n.children[name] for n in klass.nodes if name in n.children), None)
+
+
+def _build_call(node: Node, builders: dict[str, str], path: str, needs: set[str]) -> str:
+    if node.layer is not None:
+        return f"_{node.layer}_layer(tensors, {path})"
+    config = ", config" if node.cls in needs else ""
+    return f"{builders[node.cls]}(tensors, {path}{config})"

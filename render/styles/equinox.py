@@ -1,0 +1,97 @@
+"""``--style equinox``: Equinox modules. Parameters and buffers are plain array fields in torch's
+layout, buffers the torch code writes (KV caches) `eqx.nn.StateIndex` fields: stateful methods take
+the `eqx.nn.State` last and return `(output, state)`, reading with `state.get` and writing with
+`state.set`. Config and flags are static fields."""
+
+from __future__ import annotations
+
+import ast
+
+from jaxside.render.ir import Program, named
+from jaxside.render.styles.tree import Klass, Tree, kept_flags
+
+__all__ = ["Equinox"]
+
+
+class Equinox:
+    name = "Equinox"
+    base = "eqx.Module"
+    imports = ["import equinox as eqx"]
+    layout = ""  # no framework layers: every tensor keeps torch's layout
+    threads_state = True
+    layers = False
+    bottom_up = True
+
+    def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
+        if kind == "state":
+            return ast.Call(ast.Attribute(named("state"), "get", ast.Load()), [ref], [])
+        return ref
+
+    def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:
+        new = ast.Call(ast.Attribute(named("state"), "set", ast.Load()), [ref, value], [])
+        return ast.Assign([named("state", ast.Store())], new, lineno=0)
+
+    def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
+        lines = []
+        config = ["    config: Config = eqx.field(static=True)"] if klass.uses_config else []
+        for name, kind, optional in sorted(attributes, key=lambda a: a[2]):  # defaults last
+            if optional and config:
+                lines += config
+                config = []
+            if kind == "child":
+                child = next((n.children[name] for n in klass.nodes if name in n.children), None)
+                annotation = _class_of(child)
+            elif kind == "list":
+                items = next((n.children[name] for n in klass.nodes if name in n.children), [])
+                kinds = {_class_of(item) for item in items} if isinstance(items, list) else set()
+                annotation = f"list[{kinds.pop() if len(kinds) == 1 else 'eqx.Module'}]"
+            elif kind == "state":
+                annotation = "eqx.nn.StateIndex"
+            else:
+                annotation = "jax.Array"
+            lines.append(f"    {name}: {annotation}" + (" | None = None" if optional else ""))
+        lines += config
+        for flag in kept_flags(klass):
+            kind = type(ast.literal_eval(flag.default)).__name__ if _literal(flag.default) else "object"
+            lines.append(f"    {flag.attribute}: {kind} = eqx.field(static=True, default={flag.default})")
+        return lines
+
+    def argument(self, attribute: str) -> str:
+        return attribute
+
+    def layer_helpers(self, kinds: set[str]) -> list[str]:
+        return []
+
+    def leaf(self, kind: str, value: str) -> str:
+        return f"eqx.nn.StateIndex({value})" if kind == "state" else value
+
+    def child_list(self, items: str) -> str:
+        return items
+
+    def finish(self, root: str, program: Program) -> list[str]:
+        if not program.takes_state:
+            return [f"return {root}"]
+        return [f"model = {root}",
+                "state = eqx.nn.State(model)  # the StateIndex fields' first values",
+                "return eqx.nn.delete_init_state(model), state"]
+
+    def usage(self, program: Program, root: str) -> list[str]:
+        args = ", ".join(program.arg_names)
+        if program.takes_state:
+            return ["    model, state = from_torch(torch_model)  # the torch module, or its state_dict",
+                    f"    outputs, state = model({args}, state)"]
+        return ["    model = from_torch(torch_model)  # the torch module, or its state_dict",
+                f"    outputs = model({args})"]
+
+
+def _literal(text: str) -> bool:
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return True
+
+
+def _class_of(node: object) -> str:
+    cls = getattr(node, "cls", None)
+    return cls if isinstance(cls, str) else "eqx.Module"

@@ -1,0 +1,113 @@
+"""``--style nnx``: Flax NNX modules. Parameters are `nnx.Param`s, buffers the torch code only reads
+`nnx.Variable`s, buffers it writes (KV caches) `nnx.Cache`s written in place (`self.k_cache[...] = k_out`);
+torch Linear and Embedding modules are `nnx.Linear` (kernel (in, out)) and `nnx.Embed`."""
+
+from __future__ import annotations
+
+import ast
+
+from jaxside.render.ir import Program
+from jaxside.render.layout import MODULE_WIDTH, format_statement
+from jaxside.render.styles.tree import Klass, Tree, kept_flags
+
+__all__ = ["Nnx"]
+
+_VARIABLES = {"param": "nnx.Param", "buffer": "nnx.Variable", "state": "nnx.Cache"}
+
+_LAYERS = {
+    "linear": '''def _linear_layer(tensors, path):
+    """A torch `Linear` as an `nnx.Linear`: torch keeps `weight` as (out, in), NNX's `kernel`
+    is (in, out), so it is transposed; the bias is the same."""
+    weight = tensors[path + "weight"]
+    bias = tensors.get(path + "bias")
+    layer = nnx.Linear(
+        weight.shape[1],
+        weight.shape[0],
+        use_bias=bias is not None,
+        param_dtype=weight.dtype,
+        rngs=nnx.Rngs(0),
+    )
+    layer.kernel[...] = weight.T
+    if bias is not None:
+        layer.bias[...] = bias
+    return layer''',
+    "embed": '''def _embed_layer(tensors, path):
+    """A torch `Embedding` as an `nnx.Embed`: its `weight` (num_embeddings, features) is
+    NNX's `embedding`, in the same layout."""
+    weight = tensors[path + "weight"]
+    layer = nnx.Embed(
+        weight.shape[0], weight.shape[1], param_dtype=weight.dtype, rngs=nnx.Rngs(0)
+    )
+    layer.embedding[...] = weight
+    return layer''',
+}
+
+
+class Nnx:
+    name = "Flax NNX"
+    base = "nnx.Module"
+    imports = ["from flax import nnx"]
+    layout = ("`from_torch` is the one place tensors change layout (`nnx.Linear` kernels are torch's "
+              "weights transposed); the other tensors keep torch's.")
+    threads_state = False
+    layers = True
+    bottom_up = False
+
+    def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
+        if indexed:  # `self.freqs_cis[input_pos]`: a variable indexes its value
+            return ref
+        return ast.Subscript(ref, ast.Constant(Ellipsis), ast.Load())
+
+    def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:
+        return ast.Assign([ast.Subscript(ref, ast.Constant(Ellipsis), ast.Store())], value, lineno=0)
+
+    def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
+        required = [self.argument(name) for name, _, optional in attributes if not optional]
+        optional = [f"{self.argument(name)}=None" for name, _, optional in attributes if optional]
+        flags = [f"{f.attribute}={f.default}" for f in kept_flags(klass)]
+        keywords = (["config"] if klass.uses_config else []) + flags
+        keywords = ["*", *keywords] if keywords else []
+        lines = [f"def __init__({', '.join(['self', *required, *optional, *keywords])}):"]
+        for attribute, kind, may_be_none in attributes:
+            name = self.argument(attribute)
+            if kind == "child":
+                value = name
+            else:
+                value = f"nnx.List({name})" if kind == "list" else f"{_VARIABLES[kind]}({name})"
+                if may_be_none:
+                    value = f"None if {name} is None else {value}"
+            lines.append(f"    self.{attribute} = {value}")
+        if klass.uses_config:
+            lines.append("    self.config = config")
+        lines += [f"    self.{f.attribute} = {f.attribute}" for f in kept_flags(klass)]
+        if len(lines) == 1:  # nothing to hold: nnx.Module's own __init__
+            return []
+        return format_statement(ast.parse("\n".join(lines)).body[0], 4, MODULE_WIDTH)
+
+    def argument(self, attribute: str) -> str:
+        """`__init__`'s parameter for an attribute: its name, `self_` for a torch child named `self`
+        (a BERT attention's `self.self`)."""
+        return f"{attribute}_" if attribute == "self" else attribute
+
+    def layer_helpers(self, kinds: set[str]) -> list[str]:
+        return [_LAYERS[kind] for kind in sorted(kinds)]
+
+    def leaf(self, kind: str, value: str) -> str:
+        return value
+
+    def child_list(self, items: str) -> str:
+        return items
+
+    def finish(self, root: str, program: Program) -> list[str]:
+        return [f"return {root}"]
+
+    def usage(self, program: Program, root: str) -> list[str]:
+        args = ", ".join(program.arg_names)
+        lines = ["    model = from_torch(torch_model)  # the torch module, or its state_dict",
+                 f"    outputs = model({args})"]
+        if program.takes_state:
+            lines[-1] += "  # updates the model's nnx.Cache variables"
+        return lines
+
+
+

@@ -1,0 +1,88 @@
+"""Reading the functional defs' trees in a class-style export: `params["a"][0]["b"]` chains, what
+they reach in the module tree, and the loop variables bound to lists of modules."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from jaxside.render.ir import Function, Loop, Statement
+from jaxside.render.styles.tree import Node, Tree
+
+__all__ = ["all_statements", "keys_of", "loop_aliases", "loop_modules", "attribute_chain", "walk"]
+
+
+def keys_of(node: ast.expr) -> tuple[str, list[str | int]] | None:
+    """`params["a"][0]["b"]` as ("params", ["a", 0, "b"]); None when not such a chain."""
+    keys: list[str | int] = []
+    while isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
+            node.slice.value, (str, int)):
+        keys.append(node.slice.value)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id, keys[::-1]
+    return None
+
+
+def attribute_chain(base: ast.expr, keys: list[str | int]) -> ast.expr:
+    node = base
+    for key in keys:
+        node = ast.Subscript(node, ast.Constant(key), ast.Load()) if isinstance(key, int) else ast.Attribute(
+            node, key, ast.Load())
+    return node
+
+
+def walk(node: Node | list[Node] | None, keys: list[str | int]) -> Node | list[Node] | str | None:
+    """What `keys` reach from `node`: a node, a list of nodes, a leaf's name (str), or None. A key an
+    instance lacks is looked up in the other instances of its class (a def shared by blocks with and
+    without a `downsample` reads it under `if downsample:`)."""
+    for position, key in enumerate(keys):
+        if isinstance(node, list):
+            if not isinstance(key, int) or key >= len(node):
+                return None
+            node = node[key]
+        elif isinstance(node, Node) and isinstance(key, str):
+            owner = next((n for n in [node, *node.peers] if key in n.children or key in n.leaves), node)
+            if key in owner.leaves and position == len(keys) - 1:
+                return f"leaf:{key}"
+            node = owner.children.get(key)
+        else:
+            return None
+    return node
+
+
+def all_statements(statements: list[Statement]) -> list[Statement]:
+    found: list[Statement] = []
+    for statement in statements:
+        found.append(statement)
+        if isinstance(statement, Loop):
+            found += all_statements(statement.body)
+    return found
+
+
+def loop_aliases(function: Function, node: Node, tree: Tree) -> dict[str, Node | list[Node]]:
+    """`params`, `state` and the loop variables over a list of modules, each to what it holds."""
+    scope: dict[str, Node | list[Node]] = {"params": node, "state": node}
+    for statement in all_statements(function.body):
+        if isinstance(statement, Loop) and statement.loop_target is not None:
+            for name, items in loop_modules(statement, scope):
+                scope[name] = items
+    return scope
+
+
+def loop_modules(loop: Loop, scope: dict[str, Any]) -> list[tuple[str, list[Node]]]:
+    """The loop variables bound to list items: `layer` in `zip(params["layers"], state["layers"])`."""
+    iterable, target = loop.iterable, loop.loop_target
+    sources = iterable.args if isinstance(iterable, ast.Call) and ast.unparse(iterable.func) == "zip" else [
+        iterable]
+    names = target.elts if isinstance(target, ast.Tuple) and len(sources) > 1 else [target]
+    found = []
+    for source, name in zip(sources, names, strict=False):
+        chain = keys_of(source) if source is not None else None
+        if chain is None or not isinstance(name, ast.Name):
+            continue
+        base = scope.get(chain[0])
+        items = walk(base, chain[1]) if base is not None else None
+        if isinstance(items, list):
+            found.append((name.id, items))
+    return found

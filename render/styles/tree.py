@@ -1,0 +1,242 @@
+"""The torch module tree a class-style export is built on: one `Node` per module instance, one
+`Klass` per torch class, and which library modules become the framework's own layers.
+
+Read from the Program's public data only: the `params`/`state` paths, the defs' calls (their
+module paths and types) and the torch class of each module path the caller gives (`types`, from the
+torch module itself; a path it does not name is a parameter holder named as its last word).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from dataclasses import dataclass, field
+
+from jaxside.render.ir import Function, Keyword, Program
+from jaxside.render.names import is_index
+
+__all__ = ["EMBEDDING", "LINEAR", "Flag", "Klass", "Node", "StyleError", "Tree", "kept_flags"]
+
+LINEAR = "torch.nn.modules.linear.Linear"
+EMBEDDING = "torch.nn.modules.sparse.Embedding"
+
+
+class StyleError(Exception):
+    """The program has something a class-style export cannot write yet (named in the message)."""
+
+
+@dataclass
+class Node:
+    """One torch module instance: its path (`layers.0.attention`), class and what it holds."""
+
+    path: str
+    cls: str
+    torch_type: str
+    children: dict[str, Node | list[Node]] = field(default_factory=dict)
+    leaves: dict[str, str] = field(default_factory=dict)
+    """Attribute -> "param", "buffer" (read only) or "state" (written by the torch code)."""
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    layer: str | None = None
+    """The framework layer it is ("linear", "embed"), or None: a class of the export."""
+    peers: list[Node] = field(default_factory=list, repr=False)
+    """The other instances of its class."""
+
+    def prefix(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+
+@dataclass
+class Klass:
+    """One class of the export: a torch class, its instances and its methods (defs)."""
+
+    name: str
+    nodes: list[Node]
+    methods: list[Function] = field(default_factory=list)
+    keywords: list[str] = field(default_factory=list)
+    """Flags of its defs other than the config (`stride`): attributes set per instance."""
+    uses_config: bool = False
+    flags: dict[str, Flag] = field(default_factory=dict)
+    """Each flag's value per instance (by path), as source text."""
+
+
+    def attributes(self) -> list[tuple[str, str, bool]]:
+        """(attribute, kind, optional) over every instance, in the first instance's order; kind is
+        "child", "list", or a leaf kind; optional when some instance lacks it."""
+        order: dict[str, str] = {}
+        for node in self.nodes:
+            for name, child in node.children.items():
+                order.setdefault(name, "list" if isinstance(child, list) else "child")
+            for name, kind in node.leaves.items():
+                order.setdefault(name, kind)
+        every = [set(n.children) | set(n.leaves) for n in self.nodes]
+        return [(name, kind, not all(name in names for names in every)) for name, kind in order.items()]
+
+
+@dataclass
+class Flag:
+    """A number or switch the calls sharing a def pass differently (`stride=2` in one block)."""
+
+    name: str
+    default: str
+    """The value most instances have (the def's default when it has one): the `__init__` default."""
+    values: dict[str, str]
+    """Per instance path, its value (source text)."""
+    presence: bool = False
+    """True when the flag says whether the module has an attribute of the same name (the torch
+    code's `if self.downsample is not None`): the methods test the attribute instead."""
+    attribute: str = ""
+    """The attribute a flag that is no presence test is kept as (`stride`, or `downsample_flag`
+    when the class has a `downsample` of its own)."""
+
+    @property
+    def differing(self) -> dict[str, str]:
+        return {path: value for path, value in self.values.items() if value != self.default}
+
+
+class Tree:
+    """The module tree of a program: `root`, every node by path, and the classes in def order."""
+
+    def __init__(self, program: Program, types: dict[str, str]) -> None:
+        self.program = program
+        kinds = {i.name: i.kind for i in program.trace.inputs}
+        written = set(program.state_paths)
+        avals = {i.name: i.var.aval for i in program.trace.inputs}
+        defined = {c.module_path: c.module_type for f in program.functions for c in f.calls
+                   if c.module_path is not None and c.module_type}
+        self.nodes: dict[str, Node] = {}
+        leaves = [*program.param_paths, *(p for p in program.state_paths if p not in program.param_paths)]
+        modules = {""} | set(defined)
+        for path in leaves:
+            parts = path.split(".")
+            modules |= {".".join(parts[:i]) for i in range(len(parts))}
+        below: dict[str, set[str]] = {}
+        for path in modules | set(leaves):
+            if path:
+                parent, _, name = path.rpartition(".")
+                below.setdefault(parent, set()).add(name)
+        lists = {p for p in modules if p not in defined and p and below.get(p)
+                 and all(is_index(k) for k in below[p])}
+        seen = [*leaves, *defined]
+        first = {path: next((n for n, p in enumerate(seen) if p == path or p.startswith(path + ".")), 0)
+                 for path in modules}
+
+        def order(path: str) -> tuple[int, int]:
+            return path.count("."), first[path]
+
+        for path in sorted(modules - lists, key=order):
+            self.nodes[path] = self._node(path, defined, types)
+        for path in sorted(modules - lists - {""}, key=order):
+            parent, _, name = path.rpartition(".")
+            if parent in lists:
+                owner_path, _, attribute = parent.rpartition(".")
+                if owner_path in lists or owner_path not in self.nodes:
+                    raise StyleError(f"`{path}`: a list of lists of modules")
+                items = self.nodes[owner_path].children.setdefault(attribute, [])
+                assert isinstance(items, list)
+                items.append(self.nodes[path])
+            elif parent in self.nodes:
+                self.nodes[parent].children[name] = self.nodes[path]
+            else:
+                raise StyleError(f"`{path}`: a module under a list entry that is not a module")
+        for path in leaves:
+            parent, _, leaf = path.rpartition(".")
+            if parent in lists:
+                raise StyleError(f"`{path}`: a tensor in a numbered list (a ParameterList)")
+            node = self.nodes[parent]
+            node.leaves[leaf] = "state" if path in written else (
+                "param" if kinds.get(path) == "param" else "buffer")
+            node.shapes[leaf] = tuple(avals[path].shape) if path in avals else ()
+            node.dtypes[leaf] = str(avals[path].dtype) if path in avals else "float32"
+        self.root = self.nodes[""]
+        by_class: dict[str, list[Node]] = {}
+        for node in self.nodes.values():
+            by_class.setdefault(node.cls, []).append(node)
+        for node in self.nodes.values():
+            node.peers = [n for n in by_class[node.cls] if n is not node]
+        for items in (c for n in self.nodes.values() for c in n.children.values() if isinstance(c, list)):
+            items.sort(key=lambda n: int(n.path.rpartition(".")[2]))
+        self.methods = self._methods()
+
+    def _node(self, path: str, defined: dict[str, str], types: dict[str, str]) -> Node:
+        torch_type = types.get(path, "")
+        cls = defined.get(path) or torch_type.rpartition(".")[2] or (path.rpartition(".")[2] or "Model")
+        return Node(path, cls, torch_type)
+
+    def _methods(self) -> dict[str, Klass]:
+        classes: dict[str, Klass] = {}
+        for function in self.program.functions:
+            call = function.calls[0]
+            if call.module_path is None or not call.module_type:
+                continue
+            klass = classes.get(call.module_type)
+            if klass is None:
+                nodes = [n for n in self.nodes.values() if n.cls == call.module_type]
+                klass = classes[call.module_type] = Klass(call.module_type, nodes)
+            klass.methods.append(function)
+            passed = {id(k.value) for n in ast.walk(function.node()) if isinstance(n, ast.Call)
+                      for k in n.keywords if k.arg == self.config_name}
+            reads = [n for n in ast.walk(function.node()) if isinstance(n, ast.Name)
+                     and n.id == self.config_name and id(n) not in passed]
+            klass.uses_config |= bool(reads)
+            for keyword in function.keywords:
+                if keyword.name == self.config_name:
+                    continue
+                if keyword.name not in klass.keywords:
+                    klass.keywords.append(keyword.name)
+                klass.flags[keyword.name] = _flag(klass, keyword, function, klass.flags.get(keyword.name))
+        return classes
+
+    @property
+    def config_name(self) -> str | None:
+        """The config keyword of the defs (`config`), when the export has a `Config`."""
+        if not self.program.config:
+            return None
+        for keyword in self.program.entry.keywords:
+            if keyword.default is not None and ast.unparse(keyword.default) == "Config()":
+                return keyword.name
+        return None
+
+    def classes(self) -> list[Klass]:
+        """Every class of the export: the torch classes with defs, in def order, then the holders of
+        parameters (library modules that are no framework layer), one per torch class."""
+        result = list(self.methods.values())
+        holders: dict[str, Klass] = {}
+        for node in self.nodes.values():
+            if node.cls in self.methods or node.layer is not None:
+                continue
+            holders.setdefault(node.cls, Klass(node.cls, []))
+            holders[node.cls].nodes.append(node)
+        return result + list(holders.values())
+
+    def at(self, path: str) -> Node | list[Node] | None:
+        if path in self.nodes:
+            return self.nodes[path]
+        parent, _, name = path.rpartition(".")
+        owner = self.nodes.get(parent)
+        return owner.children.get(name) if owner is not None else None
+
+
+def _flag(klass: Klass, keyword: Keyword, function: Function, known: Flag | None) -> Flag:
+    values = dict(known.values) if known is not None else {}
+    default = ast.unparse(keyword.default) if keyword.default is not None else None
+    for call in function.calls:
+        value = keyword.values.get(id(call), keyword.default)
+        if call.module_path is not None and value is not None:
+            values.setdefault(call.module_path, ast.unparse(value))
+    if default is None:
+        counts = Counter(values.values())
+        default = counts.most_common(1)[0][0] if counts else "None"
+    flag = Flag(keyword.name, default, values)
+    owned = {n.path: keyword.name in n.children or keyword.name in n.leaves for n in klass.nodes}
+    if any(owned.values()) and all(values.get(p) in ("True", "False") for p in owned):
+        if all((values[p] == "True") == present for p, present in owned.items()):
+            flag.presence = True
+    taken = any(owned.values())
+    flag.attribute = f"{keyword.name}_flag" if taken and not flag.presence else keyword.name
+    return flag
+
+
+def kept_flags(klass: Klass) -> list[Flag]:
+    """The flags a class keeps as attributes (`stride`): not the ones that test for an attribute."""
+    return [f for f in klass.flags.values() if not f.presence]

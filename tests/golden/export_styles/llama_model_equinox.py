@@ -1,0 +1,348 @@
+"""Equinox for samples/llama_model.py: Transformer, exported by jaxside from one traced
+run (torchax).
+
+Traced with idx: int32[1,8], input_pos: int32[8]; non-tensor inputs are baked in as
+they were then.
+
+Generic sizes, read from the inputs' shapes (any value the torch code accepts):
+`idx.shape[0]` (and the same size in 4 state buffers); `idx.shape[1]` =
+`input_pos.shape[0]`; `layers.0.attention.kv_cache.k_cache.shape[2]` (and the same
+size in 6 more buffers).
+
+Fixed sizes: `layers.0.attention.kv_cache.k_cache.shape[1]` (and the same size in 4
+more buffers) = 2: the torch code fails at
+layers.0.attention.kv_cache.k_cache.shape[1] = 4 (Incompatible types for
+broadcasting: input type=float32[1,2,8,16] and requested type=float32[1,4,8,16]);
+`layers.0.attention.kv_cache.k_cache.shape[3]` (and the same size in 3 more buffers)
+= 16: the torch code fails at layers.0.attention.kv_cache.k_cache.shape[3] = 32
+(Incompatible types for broadcasting: input type=float32[1,2,8,16] and requested
+type=float32[1,2,8,32]).
+
+Call it:
+
+    model, state = from_torch(torch_model)  # the torch module, or its state_dict
+    outputs, state = model(idx, input_pos, state)
+
+One class per torch class, attributes named as in torch. Every tensor keeps torch's
+layout: `from_torch` only places them.
+
+Config: the numbers the torch code read from its modules are the fields of `Config`,
+the traced model's by default; for another model built the same way, pass
+`config=config_from(model)` to `from_torch`.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The numbers the torch code read from its modules, as the traced model had them
+    (`config.eps` for `self.eps`). `config_from(model)` reads them from a torch
+    module; `dataclasses.replace(Config(), eps=...)` changes one."""
+
+    eps: float = 1e-05
+    split_sizes: tuple = (64, 32, 32)
+    n_head: int = 4
+    head_dim: int = 16
+    n_local_heads: int = 2
+
+
+class Embedding(eqx.Module):
+    """`Embedding`: the tensors of the torch module at `tok_embeddings`."""
+
+    weight: jax.Array
+
+
+class RMSNorm(eqx.Module):
+    """`RMSNorm`: the torch module at `norm` and 4 more."""
+
+    weight: jax.Array
+    config: Config = eqx.field(static=True)
+
+    def __call__(self, x):
+        """`RMSNorm.forward`, llama_model.py:169.
+
+        Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
+        """
+        return self._norm(x) * self.weight
+
+    def _norm(self, x):
+        """`RMSNorm._norm`, llama_model.py:166.
+
+        Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
+        """
+        return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + self.config.eps)
+
+
+class Linear(eqx.Module):
+    """`Linear`: the tensors of the torch module at `output` and 10 more."""
+
+    weight: jax.Array
+
+
+class KVCache(eqx.Module):
+    """`KVCache`: the torch module at `layers.0.attention.kv_cache` and 1 more."""
+
+    k_cache: eqx.nn.StateIndex
+    v_cache: eqx.nn.StateIndex
+
+    def update(self, input_pos, k_val, v_val, state):
+        """`KVCache.update`, llama_model.py:59.
+
+        Shared by 2 calls: `layers.0.attention.kv_cache` ... `layers.1.attention.kv_cache`.
+        """
+        k_out = state.get(self.k_cache).at[:, :, input_pos].set(k_val)
+        v_out = state.get(self.v_cache).at[:, :, input_pos].set(v_val)
+        state = state.set(self.k_cache, k_out)
+        state = state.set(self.v_cache, v_out)
+        return (k_out, v_out), state
+
+
+class Attention(eqx.Module):
+    """`Attention`: the torch module at `layers.0.attention` and 1 more."""
+
+    wqkv: Linear
+    wo: Linear
+    kv_cache: KVCache
+    config: Config = eqx.field(static=True)
+
+    def __call__(self, x, freqs_cis, mask, input_pos, state):
+        """`Attention.forward`, llama_model.py:127.
+
+        Shared by 2 calls: `layers.0.attention` ... `layers.1.attention`.
+        """
+        bsz, seqlen, _ = x.shape
+        q, k, v = jnp.split(
+            x @ self.wqkv.weight.T,
+            [self.config.split_sizes[0], sum(self.config.split_sizes[:2])],
+            axis=2,
+        )
+        q = jnp.reshape(q, (bsz, seqlen, self.config.n_head, self.config.head_dim))
+        k = jnp.reshape(
+            k, (bsz, seqlen, self.config.n_local_heads, self.config.head_dim)
+        )
+        v = jnp.reshape(
+            v, (bsz, seqlen, self.config.n_local_heads, self.config.head_dim)
+        )
+        q = apply_rotary_emb(q, freqs_cis)
+        k = apply_rotary_emb(k, freqs_cis)
+        q = jnp.transpose(q, (0, 2, 1, 3))
+        k = jnp.transpose(k, (0, 2, 1, 3))
+        v = jnp.transpose(v, (0, 2, 1, 3))
+        (k, v), state = self.kv_cache.update(input_pos, k, v, state)
+        groups = self.config.n_head // self.config.n_local_heads
+        k = jnp.repeat(k, groups, axis=1)
+        v = jnp.repeat(v, groups, axis=1)
+        softmax = jax.nn.softmax(
+            q @ k.mT * q.shape[-1] ** -0.5
+            + jnp.where(
+                ~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)
+            ),
+            axis=3,
+        )
+        y = softmax @ v
+        y = jnp.reshape(
+            jnp.transpose(y, (0, 2, 1, 3)),
+            (bsz, seqlen, self.config.n_head * self.config.head_dim),
+        )
+        return y @ self.wo.weight.T, state
+
+
+class FeedForward(eqx.Module):
+    """`FeedForward`: the torch module at `layers.0.feed_forward` and 1 more."""
+
+    w1: Linear
+    w3: Linear
+    w2: Linear
+
+    def __call__(self, x):
+        """`FeedForward.forward`, llama_model.py:156.
+
+        Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.
+        """
+        silu = jax.nn.silu(x @ self.w1.weight.T) * (x @ self.w3.weight.T)
+        return silu @ self.w2.weight.T
+
+
+class TransformerBlock(eqx.Module):
+    """`TransformerBlock`: the torch module at `layers.0` and 1 more."""
+
+    attention: Attention
+    feed_forward: FeedForward
+    attention_norm: RMSNorm
+    ffn_norm: RMSNorm
+
+    def __call__(self, x, input_pos, freqs_cis, mask, state):
+        """`TransformerBlock.forward`, llama_model.py:108.
+
+        Shared by 2 calls: `layers.0` ... `layers.1`.
+        """
+        attention, state = self.attention(
+            self.attention_norm(x), freqs_cis, mask, input_pos, state
+        )
+        h = x + attention
+        ffn_norm_h = self.ffn_norm(h)
+        feed_forward = self.feed_forward(ffn_norm_h)
+        out = h + feed_forward
+        return out, state
+
+
+class Transformer(eqx.Module):
+    """`Transformer`: the traced torch module."""
+
+    tok_embeddings: Embedding
+    norm: RMSNorm
+    output: Linear
+    layers: list[TransformerBlock]
+    freqs_cis: jax.Array
+    causal_mask: jax.Array
+
+    def __call__(self, idx, input_pos, state):
+        """`Transformer.forward`, llama_model.py:90."""
+        if input_pos.shape[0] != idx.shape[1]:
+            raise ValueError("input_pos.shape[0] must equal idx.shape[1]")
+        freqs_cis = self.freqs_cis[input_pos]
+        mask = self.causal_mask[None, None, input_pos]
+        x = jnp.take(self.tok_embeddings.weight, idx, axis=0)
+        for layer in self.layers:
+            x, state = layer(x, input_pos, freqs_cis, mask, state)
+        norm_x = self.norm(x)
+        return norm_x @ self.output.weight.T, state
+
+
+def apply_rotary_emb(x, freqs_cis):
+    """`apply_rotary_emb`, llama_model.py:180, for 4 calls."""
+    pairs = jnp.reshape(x, (*x.shape[:3], -1, 2))
+    x_re = pairs[..., 0]
+    x_im = pairs[..., 1]
+    cos = freqs_cis[:, None, :, 0]
+    sin = freqs_cis[:, None, :, 1]
+    rotated = jnp.stack([x_re * cos - x_im * sin, x_im * cos + x_re * sin], axis=4)
+    return jnp.reshape(rotated, (*x.shape[:3], -1))
+
+
+def _tensors(model):
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
+    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        for prefix, module in model.named_modules():
+            for name, value in vars(module).items():
+                if isinstance(value, torch.Tensor):
+                    tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
+    else:
+        tensors = dict(model)
+    arrays = {}
+    for path, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor):
+            tensor = tensor.detach().cpu()
+            if tensor.dtype == torch.bfloat16:
+                tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
+            else:
+                tensor = jnp.asarray(tensor.numpy())
+        arrays[path] = jnp.asarray(tensor)
+    return arrays
+
+
+def _count(tensors, prefix):
+    """How many numbered children (a ModuleList) the tensors have under `prefix`."""
+    numbers = {
+        path[len(prefix) :].split(".")[0] for path in tensors if path.startswith(prefix)
+    }
+    return len(numbers)
+
+
+def _embedding(tensors, path):
+    """`Embedding` from the tensors under `path`."""
+    return Embedding(weight=tensors[path + "weight"])
+
+
+def _rms_norm(tensors, path, config):
+    """`RMSNorm` from the tensors under `path`."""
+    return RMSNorm(weight=tensors[path + "weight"], config=config)
+
+
+def _linear(tensors, path):
+    """`Linear` from the tensors under `path`."""
+    return Linear(weight=tensors[path + "weight"])
+
+
+def _kv_cache(tensors, path):
+    """`KVCache` from the tensors under `path`."""
+    return KVCache(
+        k_cache=eqx.nn.StateIndex(tensors[path + "k_cache"]),
+        v_cache=eqx.nn.StateIndex(tensors[path + "v_cache"]),
+    )
+
+
+def _attention(tensors, path, config):
+    """`Attention` from the tensors under `path`."""
+    return Attention(
+        wqkv=_linear(tensors, path + "wqkv."),
+        wo=_linear(tensors, path + "wo."),
+        kv_cache=_kv_cache(tensors, path + "kv_cache."),
+        config=config,
+    )
+
+
+def _feed_forward(tensors, path):
+    """`FeedForward` from the tensors under `path`."""
+    return FeedForward(
+        w1=_linear(tensors, path + "w1."),
+        w3=_linear(tensors, path + "w3."),
+        w2=_linear(tensors, path + "w2."),
+    )
+
+
+def _transformer_block(tensors, path, config):
+    """`TransformerBlock` from the tensors under `path`."""
+    return TransformerBlock(
+        attention=_attention(tensors, path + "attention.", config),
+        feed_forward=_feed_forward(tensors, path + "feed_forward."),
+        attention_norm=_rms_norm(tensors, path + "attention_norm.", config),
+        ffn_norm=_rms_norm(tensors, path + "ffn_norm.", config),
+    )
+
+
+def _transformer(tensors, path, config):
+    """`Transformer` from the tensors under `path`."""
+    return Transformer(
+        tok_embeddings=_embedding(tensors, path + "tok_embeddings."),
+        norm=_rms_norm(tensors, path + "norm.", config),
+        output=_linear(tensors, path + "output."),
+        layers=[
+            _transformer_block(tensors, f"{path}layers.{i}.", config)
+            for i in range(_count(tensors, f"{path}layers."))
+        ],
+        freqs_cis=tensors[path + "freqs_cis"],
+        causal_mask=tensors[path + "causal_mask"],
+    )
+
+
+def from_torch(model, *, config=Config()):
+    """The `Transformer` holding a torch module's weights (the module, or its
+    `state_dict`): every tensor keeps torch's layout.
+    """
+    tensors = _tensors(model)
+    model = _transformer(tensors, "", config)
+    state = eqx.nn.State(model)
+    return eqx.nn.delete_init_state(model), state
+
+
+def config_from(model):
+    """The `Config` of a torch module built as the traced one, for
+    `from_torch(..., config=config_from(model))`."""
+    return Config(
+        eps=model.layers[0].attention_norm.eps,
+        split_sizes=tuple(model.layers[0].attention.split_sizes),
+        n_head=model.layers[0].attention.n_head,
+        head_dim=model.layers[0].attention.head_dim,
+        n_local_heads=model.layers[0].attention.n_local_heads,
+    )
