@@ -25,6 +25,7 @@ from jaxside.annotate.errors import Context, Failure, UserCodeRaised
 from jaxside.annotate.files import imported_beside
 from jaxside.annotate.noise import library_warnings
 from jaxside.annotate.output import stdout_to_stderr
+from jaxside.annotate.preflight import check_expressions
 from jaxside.annotate.results import MAIN, check_outputs, write_results
 from jaxside.annotate.status import Status
 
@@ -203,6 +204,7 @@ def _check_options(options: argparse.Namespace) -> None:
     from jaxside.annotate.loading import check_source
 
     check_source(options.file)
+    check_expressions(options)
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")
