@@ -27,6 +27,7 @@ from jaxside.annotate.noise import library_warnings
 from jaxside.annotate.output import stdout_to_stderr
 from jaxside.annotate.preflight import check_expressions
 from jaxside.annotate.results import MAIN, check_outputs, write_results
+from jaxside.annotate.retracing import announced
 from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
@@ -169,9 +170,10 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     retrace = None
     if (options.export or options.check) and not options.static_shapes:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
-            again = Capture(watch=watch, abstract=options.abstract, resize=resize)
+            again = Capture(watch=watch, abstract=options.abstract, resize=resize, progress=status.progress)
             with stdout_to_stderr(), quiet():
                 return again(entry.fn, *entry.args, **entry.kwargs)
+        retrace = announced(retrace, status, trace)
     with quiet():
         return write_results(options, trace, entry, retrace, status.say)
 

@@ -36,7 +36,11 @@ def run(
     """Export `trace` (to ``options.output`` or stdout); with ``--check`` compare it with torch.
 
     With `retrace` (the capture again, inputs resized), sizes that follow the inputs are generic."""
-    program = lower(trace, retrace)
+    status = getattr(options, "status", None)  # the command line's (`annotate.status.Status`)
+    program = lower(trace, retrace, progress=status.step if status is not None else None)
+    if status is not None:
+        defs = len(program.functions) + len(program.helpers)
+        status.phase(f"writing the module ({defs} def{'s' if defs != 1 else ''})")
     text = render_program(program, source=f"{getattr(options, 'shown_file', options.file)}: {trace.entry}")
     if getattr(options, "export", True) or not options.check:
         emit(text, options)
