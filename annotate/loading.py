@@ -65,7 +65,7 @@ def isolated() -> Iterator[None]:
                 continue
             if name in modules:
                 sys.modules[name] = modules[name]
-            elif str(Path(getattr(module, "__file__", None) or "/").resolve()).startswith(added):
+            elif added and str(Path(getattr(module, "__file__", None) or "/").resolve()).startswith(added):
                 del sys.modules[name]
         sys.path[:] = path
 

@@ -1,7 +1,15 @@
-"""Row 1: `tracing.capture` against bare torchax tracing of the Llama sample, as depth grows."""
+"""Row 1: `tracing.capture` against bare torchax tracing of the Llama sample, as depth grows.
+
+Also under each other interpreter with torch that `JAXSIDE_BENCH_TORCH_PYTHONS` names
+(``:``-separated; by default the ``.venv-3.12`` that ``make test`` builds, if there is one): the
+row on Python 3.12 with real torch, where `sys.monitoring` is the frame hook.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from typing import Any
 
@@ -31,10 +39,34 @@ def hook_only(model: Any, inputs: tuple[Any, ...]) -> Any:
     return jax.make_jaxpr(f)(*models.jax_inputs(model, inputs))
 
 
-def run(smoke: bool = False) -> list[Result]:
+def run(smoke: bool = False, here_only: bool = False) -> list[Result]:
     results = []
     for layers in (1, 2) if smoke else (2, 8, 32):
         results += measure(layers, smoke)
+    return results if here_only else results + elsewhere(smoke)
+
+
+def torch_pythons() -> list[str]:
+    """Other interpreters with torch to run the row under (not this one)."""
+    named = os.environ.get("JAXSIDE_BENCH_TORCH_PYTHONS")
+    found = named.split(os.pathsep) if named else [str(models.ROOT / ".venv-3.12" / "bin" / "python")]
+    here = os.path.realpath(sys.executable)
+    return [p for p in found if p and os.path.exists(p) and os.path.realpath(p) != here]
+
+
+def elsewhere(smoke: bool) -> list[Result]:
+    """The row under each of `torch_pythons()`, in a process of its own."""
+    script = ("import json; from dataclasses import asdict; from benchmarks.capture_overhead import run; "
+              f"print(json.dumps([asdict(r) for r in run(smoke={smoke}, here_only=True)]))")
+    results = []
+    for python in torch_pythons():
+        done = subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=models.ROOT,
+                              env={**os.environ, "PYTHONPATH": str(models.ROOT)})
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            results.append(Result(ROW, f"under {python}", "", verdict=f"failed: {last}"))
+            continue
+        results += [Result(**fields) for fields in json.loads(done.stdout.strip().splitlines()[-1])]
     return results
 
 
@@ -51,12 +83,13 @@ def measure(layers: int, smoke: bool) -> list[Result]:
         },
         runs=1 if smoke else 11,
     )
-    size = f"{layers} layer{'s' if layers > 1 else ''}" + (" (tiny)" if smoke else "")
+    size = f"{layers}L" + (" (tiny)" if smoke else "")
+    size += f", {sys.version_info[0]}.{sys.version_info[1]}"
     results = []
     for name, label in (("capture", "capture"), ("hook", "hook only")):
         ratio = times[name] / times["bare"]
         results.append(Result(
-            ROW, f"{label}, {size}, {DEFAULT_BACKEND}", seconds(times[name]), seconds(times["bare"]),
+            ROW, f"{label}, {size} {DEFAULT_BACKEND}", seconds(times[name]), seconds(times["bare"]),
             ratio, f"<= {LIMIT:.2f}x", judge(ratio, LIMIT, smoke),
         ))
     return results

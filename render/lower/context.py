@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,8 @@ class Context:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.jaxpr = trace.jaxpr.jaxpr
-        self.alias = common_subexpressions(trace)
+        self._canonical: dict[int, tuple[Any, Any]] = {}
+        self.alias = common_subexpressions(trace, self.params_key)
         self.eqns = [
             eqn.replace(invars=[self.alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
             for eqn in self.jaxpr.eqns
@@ -87,6 +89,13 @@ class Context:
         self.custom_names: dict[tuple, str] = {}
         self.fallbacks: Counter[str] = Counter()
 
+    def params_key(self, params: Any) -> Any:
+        """`canonical(params)`, once per parameters dict (an equation and its copies share one)."""
+        hit = self._canonical.get(id(params))
+        if hit is None or hit[0] is not params:
+            hit = self._canonical[id(params)] = (params, canonical(params))
+        return hit[1]
+
     def resolve(self, v: Any) -> Any:
         """The value an equation computed first, for a repeat of the same equation."""
         return self.alias.get(v, v) if isinstance(v, Var) else v
@@ -102,7 +111,9 @@ class Context:
         return named(name)
 
 
-def common_subexpressions(trace: Trace) -> dict[Any, Any]:
+def common_subexpressions(
+    trace: Trace, params_key: Callable[[Any], Any] = lambda params: canonical(params)
+) -> dict[Any, Any]:
     """Repeats of an equation within one call, mapped to the first one's outputs.
 
     torchax re-slices a view each time it is read (`x_re * cos` slices `pairs` again); the
@@ -112,7 +123,9 @@ def common_subexpressions(trace: Trace) -> dict[Any, Any]:
     eqns = trace.jaxpr.jaxpr.eqns
     alias: dict[Any, Any] = {}
     for call in trace.root.walk():
-        seen: dict[Any, Any] = {}
+        # By primitive, operands and outputs first: the parameters made comparable (`canonical`,
+        # most of the cost) only for equations that agree on those, and once each.
+        seen: dict[Any, list[list[Any]]] = {}
         for i in call.eqns:
             eqn = eqns[i]
             if eqn.effects:
@@ -121,15 +134,21 @@ def common_subexpressions(trace: Trace) -> dict[Any, Any]:
                 ("literal", repr(v.val), str(v.aval)) if isinstance(v, Literal) else alias.get(v, v)
                 for v in eqn.invars
             )
-            key = (
-                eqn.primitive.name,
-                canonical(eqn.params),
-                operands,
-                tuple(str(v.aval) for v in eqn.outvars),
-            )
-            first = seen.get(key)
+            key = (eqn.primitive.name, operands, tuple(str(v.aval) for v in eqn.outvars))
+            earlier = seen.get(key)
+            if earlier is None:
+                seen[key] = [[None, eqn]]
+                continue
+            params = params_key(eqn.params)
+            first = None
+            for entry in earlier:  # in order: the first equal equation is the one kept
+                if entry[0] is None:
+                    entry[0] = params_key(entry[1].params)
+                if entry[0] == params:
+                    first = entry[1]
+                    break
             if first is None:
-                seen[key] = eqn
+                earlier.append([params, eqn])
                 continue
             for mine, theirs in zip(eqn.outvars, first.outvars):
                 alias[mine] = theirs
