@@ -31,20 +31,26 @@ def check_expressions(options: argparse.Namespace) -> None:
 
 def compiled_expression(option: str, expression: str, file: str | None) -> CodeType:
     """`expression` compiled for `eval`, or a `Failure` naming `option` and what is wrong."""
-    try:
-        return compile(expression, f"<{option}>", "eval", dont_inherit=True)
-    except (SyntaxError, ValueError) as error:
-        raise Failure(f"{option} {shlex.quote(expression)} is not a Python expression ({_why(error)})",
-                      "give an expression such as 'Net()' or '(torch.randn(2, 8),)'", file=file) from None
+    return _compiled(option, expression, "eval", file)
 
 
 def compiled_statements(option: str, statements: str, file: str | None) -> CodeType:
     """`statements` compiled for `exec`, or a `Failure` naming `option` and what is wrong."""
+    return _compiled(option, statements, "exec", file)
+
+
+_KINDS = {
+    "eval": ("a Python expression", "give an expression such as 'Net()' or '(torch.randn(2, 8),)'"),
+    "exec": ("Python", "give statements such as 'model.setup_caches(1, 64)'"),
+}
+
+
+def _compiled(option: str, text: str, mode: str, file: str | None) -> CodeType:
     try:
-        return compile(statements, f"<{option}>", "exec", dont_inherit=True)
+        return compile(text, f"<{option}>", mode, dont_inherit=True)
     except (SyntaxError, ValueError) as error:
-        raise Failure(f"{option} {shlex.quote(statements)} is not Python ({_why(error)})",
-                      "give statements such as 'model.setup_caches(1, 64)'", file=file) from None
+        what, fix = _KINDS[mode]
+        raise Failure(f"{option} {shlex.quote(text)} is not {what} ({_why(error)})", fix, file=file) from None
 
 
 def _why(error: Exception) -> str:

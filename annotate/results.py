@@ -142,7 +142,9 @@ def write_copies(options: argparse.Namespace, trace: Any, traced: files.Traced) 
 def _comments(trace: Any, path: str, options: argparse.Namespace) -> str:
     from jaxside.render.comments import annotate_file
 
-    return annotate_file(trace, path, shapes=options.shapes)
+    status = getattr(options, "status", None)  # the command line's (`annotate.status.Status`)
+    progress = status.step if status is not None else None
+    return annotate_file(trace, path, shapes=options.shapes, progress=progress)
 
 
 def _json(trace: Any) -> str:

@@ -22,6 +22,7 @@ from jaxside.render import source as torch_source
 from jaxside.render.ir import Loop, Statement
 from jaxside.render.layout import WIDTH, display_width, double_quotes, wrap_text
 from jaxside.render.lower import lower
+from jaxside.render.lower.pipeline import Progress
 from jaxside.render.text import CommentsChangeCode
 
 
@@ -262,13 +263,17 @@ def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -
     return text
 
 
-def annotate_file(trace: Any, path: str | None = None, *, shapes: bool = False) -> str:
+def annotate_file(
+    trace: Any, path: str | None = None, *, shapes: bool = False, progress: Progress | None = None
+) -> str:
     """The torch file at `path` (by default the entry's: a file, or a notebook cell), with the
-    JAX each line produced in `trace` beside it (the caller encodes it back in the file's encoding)."""
+    JAX each line produced in `trace` beside it (the caller encodes it back in the file's encoding).
+    `progress` hears the lowering's steps (`render.lower.pipeline.lower`)."""
     path = trace.root.file if path is None else path
     source = torch_source.read_source(path)
     source_map = SourceMap(source)
-    annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))
+    notes = notes_for(lower(trace, progress=progress), trace, path, source_map, shapes=shapes)
+    annotated = place(source_map, notes)
     check_same_code(source, annotated, str(path))
     return annotated
 
