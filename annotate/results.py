@@ -131,7 +131,10 @@ def write_copies(options: argparse.Namespace, trace: Any, traced: files.Traced) 
     copies = files.copy_paths(traced, options.output)
     for target in copies.values():
         files.refuse_sources(target, traced, "-o")
-    texts = {source: _comments(trace, source, options) for source in copies}
+    from jaxside.render.lower import lower
+
+    program = lower(trace, progress=_progress(options)) if len(copies) > 1 else None  # once for all
+    texts = {source: _comments(trace, source, options, program) for source in copies}
     for source, target in copies.items():  # every target checked before the first is written
         target.parent.mkdir(parents=True, exist_ok=True)
         check_target(str(target), argparse.Namespace(**{**vars(options), "file": source}), "-o")
@@ -139,12 +142,16 @@ def write_copies(options: argparse.Namespace, trace: Any, traced: files.Traced) 
         write(texts[source], str(target), options, "-o", encoding=source_encoding(source))
 
 
-def _comments(trace: Any, path: str, options: argparse.Namespace) -> str:
+def _comments(trace: Any, path: str, options: argparse.Namespace, program: Any = None) -> str:
     from jaxside.render.comments import annotate_file
 
-    status = getattr(options, "status", None)  # the command line's (`annotate.status.Status`)
-    progress = status.step if status is not None else None
-    return annotate_file(trace, path, shapes=options.shapes, progress=progress)
+    return annotate_file(trace, path, shapes=options.shapes, progress=_progress(options), program=program)
+
+
+def _progress(options: argparse.Namespace) -> Callable[[str], None] | None:
+    """Where a lowering tells its steps: the command line's status (`annotate.status.Status`)."""
+    status = getattr(options, "status", None)
+    return status.step if status is not None else None
 
 
 def _json(trace: Any) -> str:

@@ -35,7 +35,7 @@ class Renderers:
         monkeypatch.setattr("jaxside.render.html.side_by_side", self.html)
         monkeypatch.setitem(sys.modules, "jaxside.annotate.export", types.SimpleNamespace(run=self.export))
 
-    def comments(self, trace, path, *, shapes=False):
+    def comments(self, trace, path, *, shapes=False, progress=None, program=None):
         self.traces.append(trace)
         # `# jax: ` marks annotate's own output, which -o replaces without --force.
         return f"# jax: {Path(path).name}: {trace.entry}, {len(trace.jaxpr.jaxpr.eqns)} equations\n"
