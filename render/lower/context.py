@@ -43,10 +43,11 @@ class LoweringError(Exception):
 class Context:
     """The trace's equations cleaned up, and the module-level state every def writer shares."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, progress: Callable[[str], None] = lambda step: None) -> None:
         self.trace = trace
         self.jaxpr = trace.jaxpr.jaxpr
         self._canonical: dict[int, tuple[Any, Any]] = {}
+        progress("repeated equations")
         self.alias = common_subexpressions(trace, self.params_key)
         self.eqns = [
             eqn.replace(invars=[self.alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
@@ -56,6 +57,7 @@ class Context:
         # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call;
         # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
         self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
+        progress("jnp idioms")
         self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j],
                          lambda i: trace.eqn_sites[i], self.consts)
         self.live = live_eqns(self.eqns, outvars, self.alias)

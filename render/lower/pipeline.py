@@ -64,11 +64,13 @@ def _lower(trace: Trace, progress: Progress | None = None) -> Program:
     say = progress or (lambda text: None)
     equations = f"{len(trace.jaxpr.jaxpr.eqns):,} equations"
     say(f"reading {equations}")
-    ctx = Context(trace)
+    ctx = Context(trace, say)
     say(f"the call tree of {equations}")
     tree = CallTree(ctx)
     root = tree.root
+    say("values computed for several calls, hoisted")
     tree.hoist(root)
+    say("calls grouped by what they compute")
     groups = tree.group(root)
     built = 0
     entry_base = "forward" if ctx.module_entry else naming.function_name(root.call.function)
