@@ -18,7 +18,9 @@ from benchmarks._common import Result, judge, medians, seconds
 
 ROW = "1 capture vs bare"
 LIMIT = 1.3 if sys.version_info < (3, 12) else 1.1
-"""The issue's targets: <= 1.3x with sys.settrace (3.11), <= 1.1x with sys.monitoring."""
+"""Issue 6's targets for the hook: <= 1.3x with sys.settrace (3.11), <= 1.1x with sys.monitoring."""
+CAPTURE_LIMIT = 1.3
+"""Issue 37's target for a whole capture, on every interpreter: <= 1.3x."""
 
 
 def hook_only(model: Any, inputs: tuple[Any, ...]) -> Any:
@@ -88,8 +90,9 @@ def measure(layers: int, smoke: bool) -> list[Result]:
     results = []
     for name, label in (("capture", "capture"), ("hook", "hook only")):
         ratio = times[name] / times["bare"]
+        limit = CAPTURE_LIMIT if name == "capture" else LIMIT
         results.append(Result(
             ROW, f"{label}, {size} {DEFAULT_BACKEND}", seconds(times[name]), seconds(times["bare"]),
-            ratio, f"<= {LIMIT:.2f}x", judge(ratio, LIMIT, smoke),
+            ratio, f"<= {limit:.2f}x", judge(ratio, limit, smoke),
         ))
     return results
