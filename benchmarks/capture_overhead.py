@@ -48,9 +48,12 @@ def run(smoke: bool = False, here_only: bool = False) -> list[Result]:
     return results if here_only else results + elsewhere(smoke)
 
 
-def torch_pythons() -> list[str]:
-    """Other interpreters with torch to run the row under (not this one)."""
+def torch_pythons(smoke: bool = False) -> list[str]:
+    """Other interpreters with torch to run the row under (not this one); the smoke run only
+    those named."""
     named = os.environ.get("JAXSIDE_BENCH_TORCH_PYTHONS")
+    if smoke and not named:
+        return []
     found = named.split(os.pathsep) if named else [str(models.ROOT / ".venv-3.12" / "bin" / "python")]
     here = os.path.realpath(sys.executable)
     return [p for p in found if p and os.path.exists(p) and os.path.realpath(p) != here]
@@ -61,7 +64,7 @@ def elsewhere(smoke: bool) -> list[Result]:
     script = ("import json; from dataclasses import asdict; from benchmarks.capture_overhead import run; "
               f"print(json.dumps([asdict(r) for r in run(smoke={smoke}, here_only=True)]))")
     results = []
-    for python in torch_pythons():
+    for python in torch_pythons(smoke):
         done = subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=models.ROOT,
                               env={**os.environ, "PYTHONPATH": str(models.ROOT)})
         if done.returncode != 0:
