@@ -12,7 +12,7 @@ VENV312 := .venv-3.12
 # Said loudly; under CI (`CI` set) a missing interpreter fails the run.
 missing = { printf '\n*** %s ***\n\n' "$(1)" >&2; [ -z "$$CI" ] || exit 1; }
 
-.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo review-zoo clean
+.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint mutate bench screenshots zoo review-zoo clean
 
 # What `annotate` itself needs (torch, jax, torchax, ...): all `make demo` installs.
 $(VENV)/.runtime: pyproject.toml
@@ -97,6 +97,10 @@ mutate: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The HTML view's screenshots in docs/ (the Llama sample; transformers' Llama, light and dark).
+screenshots: setup browser
+	PYTHONPATH=tests $(VENV)/bin/python tests/screenshots.py
 
 bench: setup
 	$(PY) -m benchmarks

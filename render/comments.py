@@ -21,8 +21,6 @@ from typing import Any
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Loop, Program, Statement
 from jaxside.render.layout import WIDTH, display_width, double_quotes, wrap_text
-from jaxside.render.lower import lower
-from jaxside.render.lower.pipeline import Progress
 from jaxside.render.text import CommentsChangeCode
 
 
@@ -263,20 +261,15 @@ def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -
     return text
 
 
-def annotate_file(
-    trace: Any, path: str | None = None, *, shapes: bool = False, progress: Progress | None = None,
-    program: Program | None = None,
-) -> str:
+def annotate_file(program: Program, path: str | None = None, *, shapes: bool = False) -> str:
     """The torch file at `path` (by default the entry's: a file, or a notebook cell), with the
-    JAX each line produced in `trace` beside it (the caller encodes it back in the file's encoding).
-    `progress` hears the lowering's steps (`render.lower.pipeline.lower`); `program`, the trace
-    lowered already, spares lowering it again (the comments of several files)."""
+    JAX each line produced in the lowered `program` beside it (the caller encodes it back in the
+    file's encoding)."""
+    trace = program.trace
     path = trace.root.file if path is None else path
     source = torch_source.read_source(path)
     source_map = SourceMap(source)
-    program = program if program is not None else lower(trace, progress=progress)
-    notes = notes_for(program, trace, path, source_map, shapes=shapes)
-    annotated = place(source_map, notes)
+    annotated = place(source_map, notes_for(program, trace, path, source_map, shapes=shapes))
     check_same_code(source, annotated, str(path))
     return annotated
 

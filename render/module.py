@@ -8,11 +8,9 @@ import textwrap
 from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
-from jaxside.render.lower import lower
 from jaxside.render.lower.merge.keyword_args import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
-from jaxside.tracing.trace import Trace
 
 _IMPORTS = {
     "jax": "import jax",
@@ -26,13 +24,9 @@ _STANDARD = ("dataclasses", "math")
 """Imports of the standard library: their own block, before jax's (as isort sorts them)."""
 
 
-def export_module(trace: Trace, *, source: str) -> str:
-    """The JAX module for `trace`; `source` says what it was generated from (for the docstring)."""
-    return render_program(lower(trace), source=source)
-
-
 def render_program(program: Program, *, source: str) -> str:
-    """The module text for a lowered program."""
+    """The module text for a lowered program; `source` says what it was generated from (for the
+    docstring)."""
     defs: list[ast.stmt] = [f.node() for f in program.functions + program.helpers]
     constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
     loader = _load_params(program)

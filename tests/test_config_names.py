@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jaxside.annotate.export import check, load_module, to_jax
+from jaxside.annotate.check import check, load_module, to_jax
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import Capture
