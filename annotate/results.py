@@ -111,8 +111,7 @@ def write_results(
             say(text)
     program = lower(trace, retrace, progress=status.step if status is not None else None)
     if status is not None and retrace is not None:  # after the retraces' phases: the writing's own
-        defs = len(program.functions) + len(program.helpers)
-        status.phase(f"writing the results ({defs} def{'s' if defs != 1 else ''})")
+        status.phase("writing the results")
     if main == "json":
         emit(_json(program), options, say, form="json")
     elif copies:

@@ -460,5 +460,5 @@ def test_a_generic_export_tells_each_retrace(tmp_path):
     first = lines.index("annotate: sizes: trace 1 at x [16, 64]")
     assert lines[first + 1:first + 3] == ["annotate: sizes: trace 2 at x [16, 32]",
                                           "annotate: sizes: lowering trace 2 (30 equations)"]
-    assert lines[-2] == "annotate: writing the results (1 def)"
+    assert lines[-2] == "annotate: writing the results"
 
