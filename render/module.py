@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from typing import Any
 
 from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
-from jaxside.render.lower.merge.keyword_args import accessor
+from jaxside.render.lower.config_fields import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
 
@@ -133,7 +134,7 @@ def _sizes(program: Program) -> list[str]:
     if sizes is None:
         return []
 
-    def listed(dims: list) -> str:
+    def listed(dims: list[Any]) -> str:
         arguments = [f"`{d}`" for d in dims if not d.state]
         buffers = [d for d in dims if d.state]
         text = " = ".join(arguments) if arguments else f"`{buffers[0]}`"
@@ -213,7 +214,9 @@ def _config_class(program: Program) -> str:
     lines = ["@dataclasses.dataclass(frozen=True)", "class Config:", f'    """{doc[4:]}"""', ""]
     for f in program.config:
         kind = type(f.value).__name__
-        lines.append(f"    {f.name}: {kind} = {ast.unparse(user_text.value_expr(f.value))}")
+        value = user_text.value_expr(f.value)
+        assert value is not None  # a field holds a number (tracing.is_number)
+        lines.append(f"    {f.name}: {kind} = {ast.unparse(value)}")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from pygments.lexers import PythonLexer
 from pygments.token import Comment, Keyword, Name, Number, Operator, String
@@ -16,7 +17,7 @@ from pygments.token import Comment, Keyword, Name, Number, Operator, String
 _JOINED = re.compile(r"(<span class=o>[^<]*)</span><span class=o>")
 
 # Few colours read better than Pygments' dozens: each token kind maps to one short class.
-_KINDS: list[tuple[object, str]] = [
+_KINDS: list[tuple[Any, str]] = [
     (Comment, "c"), (String, "s"), (Number, "m"), (Keyword, "k"), (Operator.Word, "k"),
     (Name.Decorator, "d"), (Name.Function, "f"), (Name.Class, "f"), (Name.Builtin.Pseudo, "p"),
     (Name.Builtin, "b"), (Operator, "o"),

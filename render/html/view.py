@@ -82,7 +82,7 @@ class _View:
                 self.maps[path] = None
         return self.maps[path]
 
-    def definition(self, function: Any) -> tuple[Path, ast.AST] | None:
+    def definition(self, function: Any) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
         """The file and def node of a function's torch source, when it has one."""
         first = function.calls[0]
         source_map = self.source_map(first.file) if first.line > 0 else None
@@ -151,7 +151,7 @@ class _View:
             end = source_map.header_end(node) if node is not None else first
             groups.update((line, first) for line in range(first, end + 1))
         items, cuts = self._items(path, source_map, notes)
-        torch = highlight.lines(source_map.source, cuts)
+        torch = highlight.lines(source_map.source, dict(cuts))
         rows = {}
         bands: dict[int, int] = {}
         for number in range(1, len(source_map.lines) + 1):
@@ -163,7 +163,8 @@ class _View:
             jax = self._jax_cell(section, number, notes.get(number), items.get(number, []), path)
             if self.entry is not None and f"id=def-{self.entry} " in jax:
                 state += " entry"
-            rows[number] = self._row(section, number, state, bands.get(group), group, path.name,
+            band = bands.get(group) if group is not None else None
+            rows[number] = self._row(section, number, state, band, group, path.name,
                                      highlight.block(torch[number - 1]) if number <= len(torch) else "", jax)
         outline = folds.outline(source_map.tree)
         title = f"<h2>{html.escape(str(path.name))}</h2>" if self.titled else ""
@@ -210,7 +211,7 @@ class _View:
     @staticmethod
     def _context_headers(tree: ast.Module, runs: Runs) -> set[int]:
         """Header lines of classes with code that ran: kept out of folds, as the context of what ran."""
-        keep = set()
+        keep: set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and any(
                 line in runs.ran for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
@@ -264,7 +265,9 @@ class _View:
                 return site
         return candidates[0] if candidates else None
 
-    def _jax_cell(self, section: str, number: int, note: Note | None, items: list, file_path: Path) -> str:
+    def _jax_cell(
+        self, section: str, number: int, note: Note | None, items: list[Any], file_path: Path
+    ) -> str:
         if note is None or not note.texts:
             return ""
         row, file = f"{section}-L{number}", file_path.name
@@ -321,7 +324,8 @@ class _View:
         for function, helper in functions:
             node = function.node()
             name = function.name
-            text = ast.unparse(ast.FunctionDef(node.name, node.args, [], [], None, lineno=0)).strip()
+            header = ast.FunctionDef(node.name, node.args, [], [], None, lineno=0, type_params=[])
+            text = ast.unparse(header).strip()
             signature = highlight.code(text.removesuffix(":").rstrip() + ":", link,
                                        f"<span id=def-{name}></span><!--callers {name}-->")
             cells = [f"<div class=st tabindex=0>{signature}</div>"]
