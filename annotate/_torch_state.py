@@ -66,7 +66,8 @@ def restore(state: State | None) -> None:
     c = torch._C
     torch.set_default_dtype(state.dtype)
     torch.set_grad_enabled(state.grad)
-    torch.use_deterministic_algorithms(state.deterministic)
+    if torch.are_deterministic_algorithms_enabled() != state.deterministic:  # it imports torch._inductor
+        torch.use_deterministic_algorithms(state.deterministic)
     torch.set_anomaly_enabled(state.anomaly)
     torch.set_float32_matmul_precision(state.matmul_precision)
     while c._len_torch_function_stack():

@@ -25,7 +25,9 @@ from jaxside.annotate.files import imported_beside, resolve_watch
 from jaxside.annotate.noise import library_warnings
 from jaxside.annotate.options import MAIN, Options
 from jaxside.annotate.output import stdout_to_stderr
+from jaxside.annotate.preflight import check_expressions
 from jaxside.annotate.results import check_outputs, write_results
+from jaxside.annotate.retracing import announced
 from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
@@ -171,11 +173,12 @@ def _annotate(options: Options, context: Context, status: Status) -> int:
     retrace = None
     if options.generic:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
-            again = Capture(watch=watch, abstract=options.abstract, resize=resize)
+            again = Capture(watch=watch, abstract=options.abstract, resize=resize, progress=status.progress)
             with stdout_to_stderr(), quiet():
                 return again(entry.fn, *entry.args, **entry.kwargs)
+        retrace = announced(retrace, status, trace)
     with quiet():
-        return write_results(options, trace, entry, retrace, status.say)
+        return write_results(options, trace, entry, retrace, status.say, status)
 
 
 def _module_positions(fn: Any) -> dict[str, int]:
@@ -206,6 +209,7 @@ def _check_options(options: Options) -> None:
     from jaxside.annotate.loading import check_source
 
     check_source(options.file)
+    check_expressions(options)
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")

@@ -42,9 +42,11 @@ def traced_lines(trace: Any) -> dict[str, int]:
     """Each file -> how many of its lines emitted equations in `trace` (calls alone do not count);
     only files with a source to show (not ``--entry 'lambda x: ...'``'s `<--entry>`)."""
     seen: dict[str, set[int]] = {}
+    keys: dict[str, str] = {}  # one resolve per file, not per equation (13,000 at 70B: seconds)
     for site in trace.eqn_sites:
         if site is not None:
-            seen.setdefault(key(site.file), set()).add(site.line)
+            file = keys.get(site.file) or keys.setdefault(site.file, key(site.file))
+            seen.setdefault(file, set()).add(site.line)
     return {file: len(lines) for file, lines in seen.items() if _has_source(file)}
 
 

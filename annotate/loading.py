@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from jaxside.annotate.errors import Failure, UserCodeRaised, syntax_error
+from jaxside.annotate.preflight import compiled_expression, compiled_statements
 
 _NOT_SOURCE = {
     ".ipynb": "a notebook", ".pt": "a checkpoint", ".pth": "a checkpoint", ".bin": "a checkpoint",
@@ -82,7 +83,7 @@ def isolated() -> Iterator[None]:
                 continue
             if name in modules:
                 sys.modules[name] = modules[name]
-            elif str(Path(getattr(module, "__file__", None) or "/").resolve()).startswith(added):
+            elif added and str(Path(getattr(module, "__file__", None) or "/").resolve()).startswith(added):
                 del sys.modules[name]
         sys.path[:] = path
 
@@ -284,24 +285,13 @@ def find_entry(module: ModuleType, options: EntryOptions, *, abstract: bool = Fa
 
 
 def evaluate(option: str, expression: str, namespace: dict[str, Any]) -> Any:
-    pseudo = f"<{option}>"
-    try:
-        code = compile(expression, pseudo, "eval", dont_inherit=True)
-    except SyntaxError as error:
-        raise Failure(f"{option} {shlex.quote(expression)} is not a Python expression ({error.msg})",
-                      "give an expression such as 'Net()' or '(torch.randn(2, 8),)'",
-                      file=namespace.get("__file__")) from None
+    code = compiled_expression(option, expression, namespace.get("__file__"))
     given = f"{option} {shlex.quote(expression)}"
     return _run_user_code(f"evaluating {given}", lambda: eval(code, dict(namespace)), given)
 
 
 def run_setup(statements: str, namespace: dict[str, Any]) -> None:
-    try:
-        code = compile(statements, "<--setup>", "exec", dont_inherit=True)
-    except SyntaxError as error:
-        raise Failure(f"--setup {shlex.quote(statements)} is not Python ({error.msg})",
-                      "give statements such as 'model.setup_caches(1, 64)'",
-                      file=namespace.get("__file__")) from None
+    code = compiled_statements("--setup", statements, namespace.get("__file__"))
     given = f"--setup {shlex.quote(statements)}"
     _run_user_code(f"running {given}", lambda: exec(code, namespace), given)
 

@@ -89,10 +89,12 @@ def write_results(
     entry: Any,
     retrace: Callable[[Any], Any] | None,
     say: Say,
+    status: Any = None,
 ) -> int:
     """Write every output the options ask for from `trace`, lowered once (with `retrace`, sizes
     that follow the inputs generic) for all of them: the comments, the page and the map show the
-    program the module is; the exit code (1: --check found a mismatch)."""
+    program the module is; the exit code (1: --check found a mismatch). `status`, the command
+    line's, hears the lowering's steps and shows the writing as a phase."""
     from jaxside.annotate.loading import source_encoding
     from jaxside.render.lower import lower
 
@@ -107,7 +109,9 @@ def write_results(
         text = files.note(traced, options.file)
         if text is not None:
             say(text)
-    program = lower(trace, retrace)
+    program = lower(trace, retrace, progress=status.step if status is not None else None)
+    if status is not None and retrace is not None:  # after the retraces' phases: the writing's own
+        status.phase("writing the results")
     if main == "json":
         emit(_json(program), options, say, form="json")
     elif copies:

@@ -20,6 +20,9 @@ __all__ = ["Status"]
 
 _REDRAW_EVERY = 0.2
 """Seconds between redraws of the live line."""
+_STEP_AFTER, _STEP_EVERY = 2.0, 1.0
+"""A phase's steps (`Status.step`) get a line of their own once it has run this long, then at most
+this often (the same as a capture's progress: `tracing.PROGRESS_AFTER`, `PROGRESS_EVERY`)."""
 
 
 class Status:
@@ -34,6 +37,8 @@ class Status:
         self.started = time.monotonic()
         self._phase = ""
         self._detail = ""
+        self._phase_started = self.started
+        self._last_line = self.started
         self._shown = 0  # characters of the live line on screen
         self._mid_line = False  # text without its newline yet went to the screen: do not draw over it
         self._lock = threading.RLock()
@@ -48,6 +53,7 @@ class Status:
         """A new phase begins (``loading model.py``, ``tracing Net``)."""
         with self._lock:
             self._phase, self._detail = text, ""
+            self._phase_started = time.monotonic()
             if self.live:
                 self._start_ticker()
                 self._draw()
@@ -70,8 +76,21 @@ class Status:
             self._detail = f"{progress.phase}{where}: {counts}"
             if self.live:
                 self._draw()
-            elif self.verbosity >= 0:
-                self._line(f"annotate: {progress.phase}{where}: {counts}, {progress.seconds:.1f} s")
+            elif self.verbosity >= 0:  # the run's clock, as the phases' (not the capture's own)
+                self._line(f"annotate: {progress.phase}{where}: {counts}, {self.elapsed():.1f} s")
+
+    def step(self, text: str) -> None:
+        """How far a long phase has got (``def 12 of 30``): the live line shows it at once; as a
+        line of its own it comes once the phase has run `_STEP_AFTER` s, at most every `_STEP_EVERY` s."""
+        now = time.monotonic()
+        with self._lock:
+            self._detail = f"{self._phase}: {text}"
+            if self.live:
+                self._draw()
+            elif self.verbosity >= 0 and now - self._phase_started >= _STEP_AFTER and (
+                now - self._last_line >= _STEP_EVERY
+            ):
+                self._line(f"annotate: {self._detail}, {self.elapsed():.1f} s")
 
     def say(self, text: str) -> None:
         """A line that stays (``wrote out.py``); not with ``-q``."""
@@ -100,6 +119,7 @@ class Status:
 
     def _line(self, text: str) -> None:
         with self._lock:
+            self._last_line = time.monotonic()
             self._clear()
             self.stream.write(text + "\n")
             self.stream.flush()

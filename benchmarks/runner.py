@@ -15,6 +15,7 @@ ROWS = {
     "capture": "benchmarks.capture_overhead",
     "hook": "benchmarks.hook_overhead",
     "annotate": "benchmarks.annotate_cli",
+    "bare": "benchmarks.against_bare",
     "runtime": "benchmarks.exported_runtime",
     "render": "benchmarks.rendering",
     "depth": "benchmarks.nesting",

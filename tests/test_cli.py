@@ -36,7 +36,7 @@ class Renderers:
         monkeypatch.setattr("jaxside.render.html.side_by_side", self.html)
         monkeypatch.setattr("jaxside.annotate.results.run_export", self.export)
 
-    def lower(self, trace, retrace=None):
+    def lower(self, trace, retrace=None, progress=None):
         return types.SimpleNamespace(trace=trace)
 
     def comments(self, program, path, *, shapes=False):
@@ -399,7 +399,7 @@ def test_status_on_a_terminal_is_one_line_redrawn_and_cleared(monkeypatch):
     assert status.live
     status.modules = {"": 0, "layers.0": 1, "layers.1": 2, "norm": 3}
     status.phase("tracing Net")
-    status.progress(jaxside.tracing._capture.Progress("tracing", 2.5, 1234, "layers.1", "Block"))
+    status.progress(jaxside.tracing.Progress("tracing", 2.5, 1234, "layers.1", "Block"))
     print("the user's print", file=status.writer())
     status.say("wrote out.py")
     status.close()
@@ -418,6 +418,47 @@ def test_status_elsewhere_is_plain_lines():
     status = Status(log)
     assert not status.live
     status.phase("tracing Net")
-    status.progress(jaxside.tracing._capture.Progress("recording", 3.0, 99))
+    status.started -= 5  # the run's clock, not the capture's (3.0 s), on every line
+    status.progress(jaxside.tracing.Progress("recording", 3.0, 99))
     status.close()
-    assert log.getvalue() == "annotate: tracing Net\nannotate: recording: 99 equations, 3.0 s\n"
+    assert log.getvalue() == "annotate: tracing Net\nannotate: recording: 99 equations, 5.0 s\n"
+
+
+def test_a_long_phase_tells_its_steps_after_two_seconds_then_once_a_second(monkeypatch):
+    from jaxside.annotate import status as status_module
+
+    clock = [100.0]
+    monkeypatch.setattr(status_module.time, "monotonic", lambda: clock[0])
+    log = io.StringIO()
+    status = status_module.Status(log)
+    status.phase("rendering 13,463 equations")
+    for step in range(1, 31):  # a step every 0.25 s for 7.5 s
+        clock[0] += 0.25
+        status.step(f"def {step} of 30")
+    status.close()
+    assert log.getvalue().splitlines() == [
+        "annotate: rendering 13,463 equations",
+        "annotate: rendering 13,463 equations: def 8 of 30, 2.0 s",
+        "annotate: rendering 13,463 equations: def 12 of 30, 3.0 s",
+        "annotate: rendering 13,463 equations: def 16 of 30, 4.0 s",
+        "annotate: rendering 13,463 equations: def 20 of 30, 5.0 s",
+        "annotate: rendering 13,463 equations: def 24 of 30, 6.0 s",
+        "annotate: rendering 13,463 equations: def 28 of 30, 7.0 s",
+    ]
+
+
+def test_a_generic_export_tells_each_retrace(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "jaxside", str(ROOT / "samples" / "mlp.py"), "--export", "-o",
+         str(tmp_path / "out.py")], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    # Both sizes at once: x's width is a Linear's in_features, torch refuses it (no lowering);
+    # then the batch alone follows.
+    first = lines.index("annotate: sizes: trace 1 at x [16, 64]")
+    assert lines[first + 1:first + 3] == ["annotate: sizes: trace 2 at x [16, 32]",
+                                          "annotate: sizes: lowering trace 2 (30 equations)"]
+    assert lines[-2] == "annotate: writing the results"
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import textwrap
 
 import pytest
 from plain_values import Box, Probe, Value
@@ -209,3 +210,23 @@ def test_code_disabled_as_library_is_recorded_once_it_is_user_code():
         with Recorder(lambda f, user=user: user and is_this_file(f), Probe(), "monitoring") as recorder:
             twice(Value("x"))
         assert [c.qualname for c in recorder.roots] == expected
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is Python 3.12+")
+def test_files_never_user_code_are_not_asked_about_again():
+    """A library file switched off by one recording is not looked at by the next (3.12: asking
+    about each of hundreds of torch files cost every capture milliseconds)."""
+    asked: list[str] = []
+
+    def is_user(filename: str) -> bool:
+        asked.append(filename)
+        return is_this_file(filename)
+
+    with Recorder(is_user, Probe(), "monitoring", never_user=lambda f: not is_this_file(f)):
+        textwrap.dedent(" x")  # library code, switched off for later recordings
+        twice(Value("x"))
+    asked.clear()
+    with Recorder(is_user, Probe(), "monitoring") as recorder:
+        twice(Value("x"))
+    assert textwrap.__file__ not in asked
+    assert [c.qualname for c in recorder.roots] == ["twice"]

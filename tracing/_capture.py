@@ -16,6 +16,7 @@ from typing import Any
 
 from jaxside.tracing import _internals
 from jaxside.tracing._assemble import assemble
+from jaxside.tracing._files import is_library_file
 from jaxside.tracing._frames import DEFAULT_BACKEND, Recorder
 from jaxside.tracing._jaxfn import JaxSession, is_jax_entry
 from jaxside.tracing._probe import Probe
@@ -65,7 +66,7 @@ def record(session: Session, options: Capture) -> Trace:
 
     A fresh function goes to `jax.make_jaxpr` each time, as it caches per function object."""
     probe = Probe()
-    recorder = Recorder(session.entry.is_user_file, probe, options.backend)
+    recorder = Recorder(session.entry.is_user_file, probe, options.backend, never_user=is_library_file)
     reporter = Reporter(options.progress, probe.watermark)
     runs: list[tuple[Returned, list[Any]]] = []
 

@@ -99,8 +99,11 @@ def _class_files(cls: type) -> set[str]:
     return found
 
 
+@functools.cache
 def is_library_file(filename: str) -> bool:
-    """Whether a file belongs to Python (frozen modules included), torch, jax, torchax or jaxside."""
+    """Whether a file belongs to Python (frozen modules included), torch, jax, torchax or jaxside.
+
+    Cached for the process: the answer depends on the file's name alone."""
     if filename.startswith("<"):
         return filename.startswith("<frozen ")
     return _is_library_path(_resolved(filename))

@@ -113,8 +113,14 @@ class Recorder:
     """Records every call of user code between `start()` and `stop()` as a tree."""
 
     def __init__(
-        self, is_user_file: Callable[[str], bool], probe: Probe, backend: str = DEFAULT_BACKEND
+        self,
+        is_user_file: Callable[[str], bool],
+        probe: Probe,
+        backend: str = DEFAULT_BACKEND,
+        never_user: Callable[[str], bool] | None = None,
     ) -> None:
+        """`never_user`, if given, says which files no recording ever takes for user code (the
+        libraries): code of theirs switched off stays off, and later recordings skip them."""
         if backend not in _BACKENDS:
             raise ValueError(f"`backend` must be one of {sorted(_BACKENDS)}, not {backend!r}")
         self.is_user_file = is_user_file
@@ -125,6 +131,7 @@ class Recorder:
         self._codes: list[CodeType] = []  # keeps the ids in `_user` from being reused
         self.library_files: set[str] = set()
         """Files of functions judged library code (not user files), as they were met."""
+        self.never_user = never_user
         self._backend = _BACKENDS[backend](self)
         self._open: contextlib.ExitStack | None = None
         """What `__exit__` closes: the backend, and the probe's library zone if any."""
@@ -329,7 +336,8 @@ class _Settrace:
 # Per tool id, the files of functions a recording DISABLEd as library code. DISABLE outlives
 # the recording (until `restart_events()`), so a later one restarts events only if one of
 # these files is user code to it: a restart re-instruments every code object run afterwards,
-# about 0.7 us each, milliseconds for a torch model.
+# about 0.7 us each, milliseconds for a torch model. Files a recorder's `never_user` names are
+# left out: after one capture of a torch model they are hundreds, each asked about again.
 _DISABLED_FILES: dict[int, set[str]] = {}
 
 
@@ -383,7 +391,11 @@ class _Monitoring:
         if tool is None:
             return  # never started
         mon.set_events(tool, 0)
-        _DISABLED_FILES.setdefault(tool, set()).update(self.recorder.library_files)
+        files = self.recorder.library_files
+        never_user = self.recorder.never_user
+        if never_user is not None:
+            files = {file for file in files if not never_user(file)}
+        _DISABLED_FILES.setdefault(tool, set()).update(files)
         for code in self._local_codes.values():
             mon.set_local_events(tool, code, 0)
         for event in (mon.events.PY_START, mon.events.LINE, mon.events.PY_RETURN,

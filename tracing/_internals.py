@@ -18,12 +18,16 @@ fails loudly when a new JAX or torchax moves one of them.
   ``OperatorNotFound`` (``... name aten::foo has no lowering ...``); a CPU tensor meeting a
   traced one fails torchax's ``"mixed math"`` assertion. Random ops split the environment's
   key (``env.param.prng``) in place; a view computes its value in ``View.jax``.
+- torch 2.13: a dispatch mode's ``__torch_dispatch__`` (torchax's ``XLADispatchMode``) is
+  wrapped by ``torch._disable_dynamo``, which imports ``torch._dynamo`` at its first call
+  unless the wrapped function has a ``__dynamo_disable`` attribute (`dynamo_not_imported`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -40,6 +44,7 @@ torchax = import_torchax()
 _grouped_mm.register()  # a local lowering until torchax has one (see tracing/_grouped_mm.py)
 from torchax.ops import mappings as _mappings  # noqa: E402  (needs the import above first)
 from torchax.tensor import Tensor as TorchaxTensor  # noqa: E402
+from torchax.tensor import XLADispatchMode as TorchaxMode  # noqa: E402
 from torchax.view import View as TorchaxView  # noqa: E402
 
 Var = jax_core.Var
@@ -202,3 +207,25 @@ def view_values() -> Iterator[dict[int, tuple[object, Var]]]:
         yield first
     finally:
         TorchaxView.jax = original
+
+
+@contextlib.contextmanager
+def dynamo_not_imported() -> Iterator[None]:
+    """While open, torchax's dispatch mode runs without importing ``torch._dynamo`` first.
+
+    torch wraps every dispatch mode's ``__torch_dispatch__`` so that TorchDynamo does not compile
+    it, importing ``torch._dynamo`` (1 to 3 s, most of a small model's first trace) at the first
+    call. Nothing compiles with TorchDynamo inside a JAX trace, so for the capture the wrapper
+    is told the function is its own disabled version; left alone once ``torch._dynamo`` is
+    imported, and undone on exit."""
+    wrapper = vars(TorchaxMode).get("__torch_dispatch__")
+    raw = getattr(wrapper, "__wrapped__", None)
+    if raw is None or "torch._dynamo" in sys.modules or hasattr(raw, "__dynamo_disable"):
+        yield
+        return
+    raw.__dynamo_disable = raw
+    try:
+        yield
+    finally:
+        if vars(raw).get("__dynamo_disable") is raw:
+            del raw.__dynamo_disable

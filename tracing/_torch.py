@@ -117,6 +117,7 @@ class TorchSession:
         args, kwargs = self._rebuild_arguments(tensors)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._swapped_state(tensors))
+            stack.enter_context(_internals.dynamo_not_imported())
             stack.enter_context(env)
             stack.enter_context(_internals.own_random_key(env, key))
             stack.enter_context(torch.device("jax"))

@@ -9,7 +9,6 @@ folded into the torch expression they are part of, and the returned values with 
 from __future__ import annotations
 
 import ast
-import copy
 import re
 from typing import Any
 
@@ -20,6 +19,7 @@ from jaxside.render import source as torch_source
 from jaxside.render.ir import Fold, Function, Statement, fold, named
 from jaxside.render.lower.body import Body
 from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
+from jaxside.render.lower.clone import clone
 from jaxside.render.lower.context import INLINE_LIMIT, Context, LoweringError
 from jaxside.render.lower.paths import (
     call_args,
@@ -57,7 +57,7 @@ class CallDef(Body):
         if v in self.env:
             if v in self.folded:
                 self.pending += self.folded.pop(v)
-            return copy.deepcopy(self.env[v])
+            return clone(self.env[v])
         role = self.tree.classify(self.node, v)
         if role[0] == "param":
             self.uses_params = True
@@ -271,7 +271,7 @@ class CallDef(Body):
         self.pending = [index]
         self.site = site
         operands = [self.expr(v) for v in eqn.invars]
-        value = self.render(eqn, copy.deepcopy(operands))
+        value = self.render(eqn, clone(operands))
         outs = eqn.outvars
         if len(outs) == 1 and not isinstance(value, Structured) and self._inlinable(outs[0], site, value):
             self.folded[outs[0]] = self._take_pending()

@@ -9,14 +9,14 @@ values (a cell's `x[:, t]`) out to the caller so the calls share one def again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from jax.extend.core import Literal, Var
 
 from jaxside.render.ir import Function
-from jaxside.render.lower.context import Context, canonical
+from jaxside.render.lower.context import Context
 from jaxside.render.lower.paths import relative, under
 from jaxside.tracing.trace import Call
 
@@ -102,7 +102,7 @@ class CallTree:
             v for v in defined
             if v in flow.program_outs or any(u not in node.eqns for u in flow.uses.get(v, ()))
         ]
-        node.outputs = sorted(leaving, key=lambda v: _defining_index(flow.eqns, node.eqns, v))
+        node.outputs = sorted(leaving, key=_defining_index(flow.eqns, node.eqns))
         finals = self.ctx.roles.state_final
         node.state_out = [path for path, var in finals.items() if var in defined and under(path, node.anchor)]
 
@@ -206,7 +206,7 @@ class CallTree:
             parts.append(
                 (
                     eqn.primitive.name,
-                    canonical(eqn.params),
+                    self.ctx.flow.params_key(eqn.params),
                     tuple(ref(v) for v in eqn.invars),
                     tuple(str(v.aval) for v in eqn.outvars),
                     (site.line, site.col, site.end_line, site.end_col) if site else None,
@@ -301,8 +301,11 @@ def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
     )
 
 
-def _defining_index(eqns: list[Any], within: set[int], v: Any) -> tuple[int, int]:
-    """Where `v` is made: its equation, then its place among that equation's outputs (a `split`'s)."""
-    found = (i for i in sorted(within) if v in eqns[i].outvars)
-    index = next(found, -1)
-    return (index, list(eqns[index].outvars).index(v)) if index >= 0 else (-1, 0)
+def _defining_index(eqns: list[Any], within: set[int]) -> Callable[[Any], tuple[int, int]]:
+    """Where a value is made among the equations `within`: its equation, then its place among that
+    equation's outputs (a `split`'s); (-1, 0) if none of them makes it."""
+    made: dict[Any, tuple[int, int]] = {}
+    for i in sorted(within):
+        for j, v in enumerate(eqns[i].outvars):
+            made.setdefault(v, (i, j))
+    return lambda v: made.get(v, (-1, 0))

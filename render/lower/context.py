@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -46,9 +47,9 @@ class Context:
     role of each input (`roles`), and the module-level things the defs add as they are written
     (`module`)."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, progress: Callable[[str], None] = lambda step: None) -> None:
         self.trace = trace
-        self.flow = Dataflow(trace)
+        self.flow = Dataflow(trace, progress)
         self.roles = Roles(trace, self.flow)
         self.module = ModuleLevel(self.roles.reserved)
 
@@ -57,9 +58,11 @@ class Dataflow:
     """The trace's equations cleaned up: repeats aliased to their first, runs fused, dead ones
     dropped, and who uses each value."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, progress: Callable[[str], None] = lambda step: None) -> None:
         self.jaxpr = trace.jaxpr.jaxpr
-        self.alias = common_subexpressions(trace)
+        self._canonical: dict[int, tuple[Any, Any]] = {}
+        progress("repeated equations")
+        self.alias = common_subexpressions(trace, self.params_key)
         self.eqns = [
             eqn.replace(invars=[self.alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
             for eqn in self.jaxpr.eqns
@@ -68,6 +71,7 @@ class Dataflow:
         # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call;
         # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
         self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
+        progress("jnp idioms")
         self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j],
                          lambda i: trace.eqn_sites[i], self.consts)
         self.live = live_eqns(self.eqns, outvars, self.alias)
@@ -87,6 +91,13 @@ class Dataflow:
     def resolve(self, v: Any) -> Any:
         """The value an equation computed first, for a repeat of the same equation."""
         return self.alias.get(v, v) if isinstance(v, Var) else v
+
+    def params_key(self, params: Any) -> Any:
+        """`canonical(params)`, once per parameters dict (an equation and its copies share one)."""
+        hit = self._canonical.get(id(params))
+        if hit is None or hit[0] is not params:
+            hit = self._canonical[id(params)] = (params, canonical(params))
+        return hit[1]
 
 
 class Roles:
@@ -128,7 +139,9 @@ class ModuleLevel:
         return named(name)
 
 
-def common_subexpressions(trace: Trace) -> dict[Any, Any]:
+def common_subexpressions(
+    trace: Trace, params_key: Callable[[Any], Any] = lambda params: canonical(params)
+) -> dict[Any, Any]:
     """Repeats of an equation within one call, mapped to the first one's outputs.
 
     torchax re-slices a view each time it is read (`x_re * cos` slices `pairs` again); the
@@ -138,7 +151,9 @@ def common_subexpressions(trace: Trace) -> dict[Any, Any]:
     eqns = trace.jaxpr.jaxpr.eqns
     alias: dict[Any, Any] = {}
     for call in trace.root.walk():
-        seen: dict[Any, Any] = {}
+        # By primitive, operands and outputs first: the parameters made comparable (`canonical`,
+        # most of the cost) only for equations that agree on those, and once each.
+        seen: dict[Any, list[list[Any]]] = {}
         for i in call.eqns:
             eqn = eqns[i]
             if eqn.effects:
@@ -147,15 +162,21 @@ def common_subexpressions(trace: Trace) -> dict[Any, Any]:
                 ("literal", repr(v.val), str(v.aval)) if isinstance(v, Literal) else alias.get(v, v)
                 for v in eqn.invars
             )
-            key = (
-                eqn.primitive.name,
-                canonical(eqn.params),
-                operands,
-                tuple(str(v.aval) for v in eqn.outvars),
-            )
-            first = seen.get(key)
+            key = (eqn.primitive.name, operands, tuple(str(v.aval) for v in eqn.outvars))
+            earlier = seen.get(key)
+            if earlier is None:
+                seen[key] = [[None, eqn]]
+                continue
+            params = params_key(eqn.params)
+            first = None
+            for entry in earlier:  # in order: the first equal equation is the one kept
+                if entry[0] is None:
+                    entry[0] = params_key(entry[1].params)
+                if entry[0] == params:
+                    first = entry[1]
+                    break
             if first is None:
-                seen[key] = eqn
+                earlier.append([params, eqn])
                 continue
             for mine, theirs in zip(eqn.outvars, first.outvars):
                 alias[mine] = theirs

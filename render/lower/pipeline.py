@@ -36,15 +36,21 @@ from jaxside.render.lower.rebinding import reuse_names
 from jaxside.render.lower.unfold import unfold
 from jaxside.tracing.trace import Trace
 
+Progress = Callable[[str], None]
+"""Told how far a lowering has got (``def 12 of 30``), often: it decides what to show."""
 
-def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Program:
+
+def lower(
+    trace: Trace, retrace: Callable[[Resize], Trace] | None = None, progress: Progress | None = None
+) -> Program:
     """The program for `trace`: defs for its call tree, statements for its equations.
 
     With `retrace` (the same torch code traced with some inputs resized), sizes that follow the
-    inputs are written as expressions of their shapes (`render.lower.merge.input_sizes`)."""
-    program = _lower(trace)
+    inputs are written as expressions of their shapes (`render.lower.merge.input_sizes`).
+    `progress`, if given, hears each step of each lowering."""
+    program = _lower(trace, progress)
     if retrace is not None and trace.frontend == "torch":
-        generalize(program, lambda resize: _lower(retrace(resize)))
+        generalize(program, lambda resize: _lower(retrace(resize), progress))
     if trace.frontend == "torch":
         program.config = name_config(program, naming.function_name)
     for function in program.functions:
@@ -54,17 +60,26 @@ def lower(trace: Trace, retrace: Callable[[Resize], Trace] | None = None) -> Pro
     return program
 
 
-def _lower(trace: Trace) -> Program:
-    ctx = Context(trace)
+def _lower(trace: Trace, progress: Progress | None = None) -> Program:
+    say = progress or (lambda text: None)
+    equations = f"{len(trace.jaxpr.jaxpr.eqns):,} equations"
+    say(f"reading {equations}")
+    ctx = Context(trace, say)
+    say(f"the call tree of {equations}")
     tree = CallTree(ctx)
     root = tree.root
+    say("values computed for several calls, hoisted")
     tree.hoist(root)
+    say("calls grouped by what they compute")
     groups = tree.group(root)
+    built = 0
     entry_base = "forward" if ctx.roles.module_entry else naming.function_name(root.call.function)
     entry_name = ctx.module.scope.fresh(entry_base, "local")
     for height in sorted({g.height for g in groups}):
         level = [g for g in groups if g.height == height]
         for group in level:
+            built += 1
+            say(f"def {built} of {len(groups)} ({equations})")
             CallDef(ctx, tree, group).build()
         kinds = merge_variants(level)
         for group in level:
@@ -86,6 +101,7 @@ def _lower(trace: Trace) -> Program:
         if function is not None and function not in functions:
             functions.append(function)
     defs = frozenset(f.name for f in functions)
+    say(f"loops in {len(functions)} defs")
     for function in functions:
         reroll(ctx, function, defs)
         function.doc = _docstring(function)

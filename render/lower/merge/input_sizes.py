@@ -254,7 +254,11 @@ class _Tries:
         """The program with each set at its size in `row`, or why there is none."""
         if all(size == dims[0].size for dims, size in zip(sets, row)):
             return self.program
-        resize = resized(self.program.trace, sets, row)
+        traced = {i.name: tuple(i.var.aval.shape) for i in self.program.trace.inputs}
+        # Only what changes: the same sizes asked for by other sets (an attempt of the arguments'
+        # sets and one with a cache's length too, both at its traced length) are one retrace.
+        resize = {name: shape for name, shape in resized(self.program.trace, sets, row).items()
+                  if shape != traced[name]}
         key = tuple(sorted(resize.items()))
         if key not in self.programs:
             sizes = ", ".join(f"{dims[0]} = {size}" for dims, size in zip(sets, row) if size != dims[0].size)
