@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import ast
 import copy
-from typing import Any
+from typing import Any, TypeVar, cast
 
 _SHARED = (str, int, float, bool, bytes, complex, type(None), type(Ellipsis))
 
 
-def clone(value: Any, memo: dict[int, Any] | None = None) -> Any:
+T = TypeVar("T")
+
+
+def clone(value: T) -> T:
     """A deep copy of `value` (an `ast` node, or a list or tuple of them)."""
-    memo = {} if memo is None else memo
+    return cast(T, _clone(value, {}))
+
+
+def _clone(value: Any, memo: dict[int, Any]) -> Any:
     if isinstance(value, _SHARED):
         return value
     hit = memo.get(id(value))
@@ -28,13 +34,13 @@ def clone(value: Any, memo: dict[int, Any] | None = None) -> Any:
         new = type(value).__new__(type(value))
         memo[id(value)] = new
         for name, item in vars(value).items():
-            setattr(new, name, clone(item, memo))
+            setattr(new, name, _clone(item, memo))
         return new
     if type(value) is list:
         new_list: list[Any] = []
         memo[id(value)] = new_list
-        new_list.extend(clone(item, memo) for item in value)
+        new_list.extend(_clone(item, memo) for item in value)
         return new_list
     if type(value) is tuple:
-        return tuple(clone(item, memo) for item in value)
+        return tuple(_clone(item, memo) for item in value)
     return copy.deepcopy(value, memo)
