@@ -44,6 +44,11 @@ def seal(data: bytes, form: str = "python") -> bytes:
         newline = _newline(data)
         if data and not data.endswith((b"\n", b"\r")):
             data += newline
+        last = data.rstrip().splitlines()[-1:] if form == "python" else []
+        if last and last[0][:1] in (b" ", b"\t"):
+            # After an indented block, two blank lines, as `ruff format` puts before a top-level comment.
+            blank_lines = (len(data) - len(data.rstrip(b"\r\n"))) // len(newline) - 1
+            data += newline * max(0, 2 - blank_lines)
         line = b"<!-- " + _WORDS + _BLANK + b" -->" if form == "html" else b"# " + _WORDS + _BLANK
         blank = data + line + newline
     at = blank.rindex(_BLANK)

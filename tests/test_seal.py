@@ -5,6 +5,8 @@ output, of every form, is replaced."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,11 +102,25 @@ def test_the_seal_matches_its_file_and_nothing_else(data, form):
     assert not is_sealed(data + b"# jaxside: written by annotate, digest " + b"a" * 32 + b"\n")
     sealed = seal(data, form)
     assert sealed.startswith(data) and is_sealed(sealed)
-    assert unsealed(sealed) in (data, data + b"\n", data + b"\r\n", data + b"\r") and unsealed(data) == data
+    # The line ending a file without one, and after an indented block the blank lines `ruff format` wants.
+    assert unsealed(sealed).startswith(data) and unsealed(data) == data
+    assert unsealed(sealed)[len(data):].strip(b"\r\n") == b""
     assert not is_sealed(sealed + b"x") and not is_sealed(b"x" + sealed)
     for at in range(0, len(sealed), max(1, len(sealed) // 13)):
         changed = sealed[:at] + bytes([sealed[at] ^ 1]) + sealed[at + 1:]
         assert not is_sealed(changed)
+
+
+def test_a_sealed_module_passes_ruff_format():
+    """Exports end in a def: the seal follows it after two blank lines, as `ruff format` lays out a
+    top-level comment after a block."""
+    module = b'"""A module."""\n\n\ndef f(x):\n    return x\n'
+    sealed = seal(module, "python")
+    assert sealed.startswith(module + b"\n\n# jaxside: written by annotate, digest ")
+    ruff = Path(sys.executable).parent / "ruff"
+    done = subprocess.run([str(ruff), "format", "--check", "-"], input=sealed, capture_output=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert seal(b"x = 1\n", "python").startswith(b"x = 1\n# jaxside")
 
 
 @settings(max_examples=100, deadline=None)
