@@ -20,6 +20,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxside.render.rules._core import Rule, call, kw, registrar
+from jaxside.render.rules.draw_calls import draw_call
 from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
@@ -96,6 +97,8 @@ def _variants(eqn: Any) -> list[Variant]:
     if name == "clip":  # torch.clamp(x, max=m) is jnp.clip(x, max=m): the bound is no `min`
         return [((), ()), (("max",), ())]
     name = (name or "").lstrip("_")
+    if name == "flip" and body is not None:  # `jnp.flip(x, axis=-1)`: the axes of its `rev`
+        return [((), ())] + [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
     if name in ("take", "var", "std", "mean", "cumsum", "cumprod", "sort", "argsort") and body is not None:
         axes = [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
         keeps: tuple[tuple, ...] = ((), (("keepdims", True),))
@@ -113,6 +116,14 @@ def _body_axes(jaxpr: Any) -> list[Any]:
     """The axes a reduction's body works along, as `axis=` takes them (`0`, `(1, 2)`)."""
     found: list[Any] = []
     for inner in jaxpr.eqns:
+        if inner.primitive.name in ("jit", "pjit"):  # (`jnp.std` calls `jnp.var`)
+            found += [axis for axis in _body_axes(inner.params["jaxpr"].jaxpr) if axis not in found]
+            continue
+        if inner.primitive.name == "rev":
+            axis = tuple(inner.params["dimensions"])
+            axis = axis[0] if len(axis) == 1 else axis
+            found += [axis] if axis not in found else []
+            continue
         axis = inner.params.get("axis", inner.params["dimension"] if inner.primitive.name == "sort" else None)
         axes = inner.params.get("axes", (axis,) if axis is not None else None)
         if inner.primitive.name == "gather":
@@ -126,6 +137,9 @@ def _body_axes(jaxpr: Any) -> list[Any]:
 
 def known_call(eqn: Any, args: list[ast.expr]) -> ast.expr | None:
     """`jnp.where(c, x, y)` for an equation that is exactly that call's `jit` (or custom_jvp)."""
+    drawn = draw_call(eqn, args, same_eqn)
+    if drawn is not None:
+        return drawn
     signature = _atom_signature(eqn.invars)
     for path in _call_candidates(eqn):
         for names, static in _variants(eqn):

@@ -146,7 +146,7 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos, *, config):
     softmax = jax.nn.softmax(
         q @ k.mT * q.shape[-1] ** -0.5
         + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)),
-        axis=3,
+        axis=-1,
     )
     y = softmax @ v
     y = jnp.reshape(
