@@ -21,6 +21,7 @@ from jaxside.render.ir import Fold, Function, Statement, fold, named
 from jaxside.render.lower.body import Body
 from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
 from jaxside.render.lower.context import INLINE_LIMIT, Context, LoweringError
+from jaxside.render.lower.keys import is_key, key_name
 from jaxside.render.lower.paths import (
     call_args,
     nested_dict,
@@ -171,6 +172,8 @@ class CallDef(Body):
                 continue
             if v in hoisted_vars and len(hoisted_vars) == len(unbound):
                 base = unbound[hoisted_vars.index(v)]
+            elif is_key(v):
+                base = "key"
             else:
                 origin = low.trace.origin(v)
                 base = (
@@ -241,6 +244,9 @@ class CallDef(Body):
             return self.scope.fresh(self._gradient_base(v, site), "gradient")
         if v in self.ctx.trace.derivatives:
             return self.scope.fresh(self._derivative_base(v, site), "gradient")
+        key = key_name(v, [self.ctx.eqns[u] for u in self.ctx.uses.get(v, [])], site.text if site else None)
+        if key:  # `key, drop_key = jax.random.split(key)`
+            return self.scope.fresh(key, "local")
         if returned_as:  # `cos, sin = rotary_emb(...)`: an item of a tuple the callee returns by name
             return self.scope.fresh(returned_as, "local")
         if made_in_call:
