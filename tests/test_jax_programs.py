@@ -336,7 +336,7 @@ def test_gradient_of_the_llama_loss_through_torchax_matches_torch_autograd():
     # The torch model's functions are defs, its blocks one def called for each layer.
     assert text.count("def transformer_block_forward(") == 1
     assert_defs_shared(text)
-    assert "def attention_forward(" in text and "def feed_forward_forward(" in text
+    assert "def attention_forward(" in text and "def feed_forward(" in text
 
 
 # -- capture of JAX code --------------------------------------------------------------------------------
