@@ -36,12 +36,16 @@ def key_name(v: Any, readers: Iterable[Any], site_text: str | None) -> str | Non
 
 
 def _callee(text: str | None) -> str | None:
-    """`self.attn_dropout` for `self.attn_dropout(att)`: the call, not its operands; else `text`."""
+    """`attn_dropout` for `self.attn_dropout(att)`, `scaled_dot_product_attention` for
+    `torch.nn.functional.scaled_dot_product_attention(q, k, v)`: the function called, by its last
+    name; else `text`."""
     try:
         node = ast.parse(text or "", mode="eval").body
     except SyntaxError:
         return text
-    return ast.unparse(node.func) if isinstance(node, ast.Call) else text
+    if not isinstance(node, ast.Call):
+        return text
+    return node.func.attr if isinstance(node.func, ast.Attribute) else ast.unparse(node.func)
 
 
 _NAMED_DRAWS = frozenset({"uniform", "normal", "bernoulli", "gumbel", "exponential", "truncated_normal",
