@@ -238,7 +238,8 @@ class Scope:
         if not base:
             base, source = "value", "fallback"
         base = identifier(base)
-        if self.outer is not None and base in self.outer.names and self.free(f"{base}_out"):
+        module = self.outer.names if self.outer is not None else {}
+        if base in module and not base.isupper() and self.free(f"{base}_out"):  # (no constant's)
             base = f"{base}_out"  # (the value of a call to the def `feed_forward`: `feed_forward_out`)
         start = 1 if temporary and base in self.preferred else 0
         for i in range(start, 10_000):

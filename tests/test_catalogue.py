@@ -28,6 +28,8 @@ MODELS = Path(__file__).parent / "models"
      ["jax.nn.gelu(a0, approximate=False)", "jax.nn.gelu(a0, approximate=True)"], ["erfc", "copy", "tanh"]),
     (["v1 = F.log_softmax(v0, 1) + v0.argmax(-1, keepdim=True)"], ["jax.nn.log_softmax(a0", "jnp.argmax(a0"],
      ["lax.argmax", "stop_gradient"]),
+    (["v1 = torch.sort(v0, -1).values + torch.argsort(v0, -1)"],  # torch asks for no stable sort
+     ["jnp.sort(a0, axis=1, stable=False)", "jnp.argsort(a0, axis=1, stable=False)"], ["jax.jit"]),
 ])
 def test_library_functions_written_as_themselves(lines, written, gone):
     rendered = roundtrip(program([((3, 5), F32)], *lines)).source

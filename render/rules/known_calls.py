@@ -106,8 +106,11 @@ def _variants(eqn: Any) -> list[Variant]:
             return [(("ddof",), (*static, *keep)) for _, static in axes for keep in keeps]
         if name == "mean":
             return [((), (*static, *keep)) for _, static in axes for keep in keeps]
-        if name in ("sort", "argsort"):
-            return [((), (*static, *order)) for _, static in axes for order in ((), (("descending", True),))]
+        if name in ("sort", "argsort"):  # (torch.sort asks for no stable sort: `stable=False`)
+            orders = ((), (("descending", True),))
+            stables = ((), (("stable", False),))
+            return [((), (*static, *order, *stable))
+                    for _, static in axes for stable in stables for order in orders]
         return axes
     return [((), ())]
 
