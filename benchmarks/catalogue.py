@@ -37,7 +37,7 @@ def recognised() -> list[tuple[str, str, bool]]:
 
     source = "import jax\nimport jax.numpy as jnp\n\n" + "".join(
         f"def call_{i}({', '.join(f'_{j}' for j in range(len(entry.probe)))}):\n"
-        f"    return {entry.calls[0]}\n\n" for i, entry in enumerate(CATALOGUE))
+        f"    return {entry.calls[0].format(**dict(entry.filled))}\n\n" for i, entry in enumerate(CATALOGUE))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "catalogue_calls.py"
         path.write_text(source)
@@ -50,7 +50,7 @@ def recognised() -> list[tuple[str, str, bool]]:
             text = export_module(capture(getattr(module, f"call_{i}"), *operands(entry)), source=source)
             body = next(ast.unparse(node) for node in ast.parse(text).body
                         if isinstance(node, ast.FunctionDef) and node.name == f"call_{i}")
-            found.append((entry.path, entry.calls[0], entry.path + "(" in body))
+            found.append((entry.path, entry.calls[0].format(**dict(entry.filled)), entry.path + "(" in body))
     sys.modules.pop("catalogue_calls", None)
     return found
 

@@ -30,6 +30,9 @@ MODELS = Path(__file__).parent / "models"
      ["lax.argmax", "stop_gradient"]),
     (["v1 = torch.sort(v0, -1).values + torch.argsort(v0, -1)"],  # torch asks for no stable sort
      ["jnp.sort(a0, axis=1, stable=False)", "jnp.argsort(a0, axis=1, stable=False)"], ["jax.jit"]),
+    (["v1 = torch.histc(v0.flatten(), bins=4, min=0, max=3)",  # transformers' MoE experts count tokens
+      "v2 = torch.cumsum(v1, 0, dtype=torch.int32)"],
+     ["jnp.histogram(", "bins=4, range=(0.0, 3.0))[0]", "jnp.cumsum("], ["jax.jit", "linspace", "searchsorted"]),
 ])
 def test_library_functions_written_as_themselves(lines, written, gone):
     rendered = roundtrip(program([((3, 5), F32)], *lines)).source

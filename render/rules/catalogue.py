@@ -20,6 +20,7 @@ exported (`make bench` prints it; docs/ops.md lists the catalogue).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -37,6 +38,29 @@ class Entry(NamedTuple):
     torch: str
     calls: tuple[str, ...]
     probe: tuple[tuple[tuple[int, ...], Any], ...] = (((4, 8), jnp.float32),)
+    fill: Callable[[Any, Graph], dict[str, Any] | None] | None = None
+    """For calls with static arguments the run does not show as operands (`bins={bins}`): their
+    values read from the program around the run's last equation; `filled` has the probe's."""
+    filled: tuple[tuple[str, Any], ...] = ()
+
+
+def _histogram(eqn: Any, graph: Graph) -> dict[str, Any] | None:
+    """`bins` and `range` of `jnp.histogram(x, bins, range)[0]`: the result's length, and the two
+    numbers of the constant its bin edges are spaced over (torch.histc's `min` and `max`)."""
+    seen, todo = set(), [eqn]
+    while todo and len(seen) < 64:
+        e = todo.pop(0)  # (breadth first: the edges are near, the input may be far)
+        for v in e.invars:
+            if not _is_traced(v) or id(v) in seen:
+                continue
+            seen.add(id(v))
+            value = graph.constant(v)
+            if value is not None and getattr(value, "shape", None) == (2,):
+                lo, hi = (float(x) for x in value)
+                return {"bins": eqn.outvars[0].aval.shape[0], "lo": repr(lo), "hi": repr(hi)}
+            made = graph.producer(v)
+            todo += [made] if made is not None else []
+    return None
 
 
 def _one(path: str, torch: str, *keywords: str) -> Entry:
@@ -88,6 +112,8 @@ CATALOGUE: tuple[Entry, ...] = (
           (((16, 8), _F32), ((4,), _INT))),
     Entry("jnp.take_along_axis", "torch.gather", ("jnp.take_along_axis(_0, _1, axis=-1)",),
           (((4, 8), _F32), ((4, 1), _INT))),
+    Entry("jnp.histogram", "torch.histc", ("jnp.histogram(_0, bins={bins}, range=({lo}, {hi}))[0]",),
+          (((16,), _F32),), _histogram, (("bins", 4), ("lo", "0.0"), ("hi", "3.0"))),
     Entry("jnp.logaddexp", "torch.logaddexp", ("jnp.logaddexp(_0, _1)",), (((4, 8), _F32),) * 2),
     Entry("jax.random.uniform", "torch.rand / nn.Dropout (train)", ("jax.random.uniform(_0, (4, 8))",),
           (((), jax.random.key(0).dtype),)),
@@ -106,7 +132,7 @@ def _terminals() -> dict[str, tuple[Entry, ...]]:
     found: dict[str, list[Entry]] = {}
     for entry in CATALOGUE:
         for code in entry.calls:
-            staged = _probe(code, entry.probe)
+            staged = _probe(code.format(**dict(entry.filled)), entry.probe)
             if staged is None or len(staged.eqns) < 2 or len(staged.outvars) != 1:
                 continue  # one equation: a rule of its own (`jit` for a known call)
             last = staged.eqns[-1].primitive.name
@@ -156,8 +182,12 @@ def catalogued(eqn: Any, graph: Graph) -> list[Candidate]:
     for entry in _terminals().get(eqn.primitive.name, ()):
         if len(entry.probe) != 1:
             continue
-        for code in entry.calls:
-            for staged in (_probe(code, entry.probe), _traced(code, ((tuple(out.shape), out.dtype),))):
+        values = entry.fill(eqn, graph) if entry.fill is not None else {}
+        if values is None:
+            continue
+        for template in entry.calls:
+            probe, code = template.format(**dict(entry.filled)), template.format(**values)
+            for staged in (_probe(probe, entry.probe), _traced(code, ((tuple(out.shape), out.dtype),))):
                 if staged is None or not staged.eqns or staged.eqns[-1].primitive != eqn.primitive:
                     continue
                 operands = _operands(staged, eqn, graph)
@@ -186,6 +216,8 @@ def _operands(staged: Any, eqn: Any, graph: Graph) -> list[Any] | None:
             return False
         if sv in staged.invars:
             return bound.setdefault(sv, ov) is ov
+        if sv in staged.constvars:
+            return True  # (a constant it stages: `fuse` compares it with the program's by value)
         if (id(sv), id(ov)) in seen:
             return True
         seen.add((id(sv), id(ov)))

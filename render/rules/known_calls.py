@@ -72,7 +72,7 @@ _KNOWN_CALLS: dict[str, str] = {
     "logsumexp": "jax.nn.logsumexp", "softmax": "jax.nn.softmax", "log_softmax": "jax.nn.log_softmax",
     "standardize": "jax.nn.standardize", "_take": "jnp.take", "_var": "jnp.var", "_std": "jnp.std",
     "_mean": "jnp.mean", "_cumsum": "jnp.cumsum", "_cumprod": "jnp.cumprod", "sort": "jnp.sort",
-    "argsort": "jnp.argsort",
+    "argsort": "jnp.argsort", "_diff": "jnp.diff", "diff": "jnp.diff",
 }
 
 
@@ -94,6 +94,8 @@ def _variants(eqn: Any) -> list[Variant]:
         return [((), ())] + [((), ((key, k),)) for k in (1, -1, 2, -2)]
     if name in ("tril", "triu"):
         return [((), ())] + [((), (("k", k),)) for k in (1, -1, 2, -2)]
+    if name in ("diff", "_diff") and len(eqn.invars) == 2:  # `jnp.diff(x, prepend=0)`: prepended, an operand
+        return [(("prepend",), ())]
     if name == "clip":  # torch.clamp(x, max=m) is jnp.clip(x, max=m): the bound is no `min`
         return [((), ()), (("max",), ())]
     name = (name or "").lstrip("_")
@@ -104,6 +106,11 @@ def _variants(eqn: Any) -> list[Variant]:
         keeps: tuple[tuple, ...] = ((), (("keepdims", True),))
         if name in ("var", "std"):  # `ddof` is an operand of the jit
             return [(("ddof",), (*static, *keep)) for _, static in axes for keep in keeps]
+        if name in ("cumsum", "cumprod"):  # `jnp.cumsum(x, axis=0, dtype=jnp.int32)`: the cast in its body
+            eqns = body.jaxpr.eqns
+            casts = [e.params["new_dtype"] for e in eqns if e.primitive.name == "convert_element_type"]
+            typed = [(("dtype", np.dtype(casts[0])),)] if casts else []
+            return axes + [((), (*static, *dtype)) for _, static in axes for dtype in typed]
         if name == "mean":
             return [((), (*static, *keep)) for _, static in axes for keep in keeps]
         if name in ("sort", "argsort"):  # (torch.sort asks for no stable sort: `stable=False`)
