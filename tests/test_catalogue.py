@@ -32,7 +32,8 @@ MODELS = Path(__file__).parent / "models"
      ["jnp.sort(a0, axis=1, stable=False)", "jnp.argsort(a0, axis=1, stable=False)"], ["jax.jit"]),
     (["v1 = torch.histc(v0.flatten(), bins=4, min=0, max=3)",  # transformers' MoE experts count tokens
       "v2 = torch.cumsum(v1, 0, dtype=torch.int32)"],
-     ["jnp.histogram(", "bins=4, range=(0.0, 3.0))[0]", "jnp.cumsum("], ["jax.jit", "linspace", "searchsorted"]),
+     ["jnp.histogram(", "bins=4, range=(0.0, 3.0))[0]", "jnp.cumsum("],
+     ["jax.jit", "linspace", "searchsorted"]),
 ])
 def test_library_functions_written_as_themselves(lines, written, gone):
     rendered = roundtrip(program([((3, 5), F32)], *lines)).source
