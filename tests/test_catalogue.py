@@ -134,3 +134,18 @@ def test_training_loss_and_gradients_match_torch_without_dropout():
     for got, weight in [(grads["transformer"]["wte"]["weight"], model.lm_head.weight),  # (tied)
                         (blocks[1]["mlp"]["fc"]["weight"], model.transformer.h[1].mlp.fc.weight)]:
         np.testing.assert_allclose(np.asarray(got), weight.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_generation_keeps_the_python_index_list_literal():
+    """`logits = self.lm_head(x[:, [-1], :])` (the generate path): the list stays a list where it is
+    used, no module-level `CONST = np.full((1,), -1)`."""
+    gpt = _load("train_gpt")
+    torch.manual_seed(0)
+    model = gpt.TrainGPT(gpt.TrainConfig()).eval()
+    idx = torch.randint(0, 48, (1, 8))
+    text, exported = _export(model, (idx,))
+    assert "x[:, [-1]]" in text and "CONST" not in text and "jax.random" not in text, text
+    logits, loss = exported.forward(exported.load_params(model), jnp.asarray(idx.numpy()))
+    want, _ = model(idx)
+    assert loss is None
+    np.testing.assert_allclose(np.asarray(logits), want.detach().numpy(), rtol=1e-5, atol=1e-6)
