@@ -25,7 +25,7 @@ def test_smoke_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:
     rows = {line.split("  ")[0] for line in lines[3:-1]}
     assert rows == {
         "1 capture vs bare", "1b hook, plain Python", "2 annotate --export", "3 export runtime",
-        "4 render / 1k eqns", "6 render vs depth", "7 readability",
+        "4 render / 1k eqns", "6 render vs depth", "7 readability", "8 catalogue",
     }, out
     assert not any("failed:" in line for line in lines), out
 

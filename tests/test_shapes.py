@@ -270,7 +270,7 @@ def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
     body = text[text.index("\ndef ") :]
     for expected in ("key_states = jnp.repeat(key, 2, axis=1)", "value_states = jnp.repeat(value, 2, axis=1)",
                      "jnp.tril(jnp.ones((query.shape[2], query.shape[2]), jnp.bool_))",
-                     "jnp.tril(jax.nn.softmax(scores, axis=3), 1)"):
+                     "jnp.tril(jax.nn.softmax(scores, axis=-1), 1)"):
         assert expected in body, body
     code = body.split('"""', 2)[2]  # after the docstring (which names a line of this file)
     assert "jnp.arange" not in code and "broadcast_to" not in code and "5" not in code, body
