@@ -111,6 +111,10 @@ def test_training_step_runs_with_a_key(training):
     other = run(params, jnp.asarray(idx.numpy()), jnp.asarray(targets.numpy()), jax.random.key(1))[1]
     assert logits.shape == (2, 8, 48) and np.isfinite(float(loss))
     assert float(loss) == float(again) and float(loss) != float(other)  # the key draws the masks
+    grads = jax.jit(jax.grad(lambda p: exported.forward(p, jnp.asarray(idx.numpy()), jnp.asarray(
+        targets.numpy()), jax.random.key(0))[1]))(params)  # the training step: a gradient through dropout
+    assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+    assert float(jnp.abs(grads["transformer"]["h"][0]["mlp"]["fc"]["weight"]).sum()) > 0
 
 
 def test_training_loss_and_gradients_match_torch_without_dropout():
