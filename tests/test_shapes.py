@@ -290,3 +290,15 @@ def test_asking_torch_about_another_shape_leaves_a_cache_passed_in_as_it_was():
     assert torch_refusal(model, (torch.randint(0, 128, (1, 2)),), {"past_key_values": cache}) is None
     assert cache.layers[0].keys.shape[2] == 8
     assert "IndexError" in torch_refusal(model, (torch.randint(200, 300, (1, 2)),), {})
+
+
+def test_a_returned_cache_is_named_as_the_cache():
+    """HF's Llama at `use_cache=True`: the `DynamicCache` it returns is `keys`, `values` along the
+    defs, as the output's path says (`['past_key_values']['layers'][0]['keys']`), not the locals
+    that made them (`k_embed`, `value_states`)."""
+    model = hf_causal_lm("llama")
+    args = (torch.randint(0, 128, (1, 8)), None, None, None, None, None, True)  # use_cache=True
+    module, program = export(model, *args)
+    text = render_program(program, source="test")
+    assert "k_embed, " not in text and '{"keys": keys, "values": values}' in text, text
+    assert_matches(module, program, model, *args)

@@ -250,6 +250,9 @@ class CallDef(Body):
         if returned_as:  # `cos, sin = rotary_emb(...)`: an item of a tuple the callee returns by name
             return self.scope.fresh(returned_as, "local")
         if made_in_call:
+            cached = _cache_name(self.ctx.trace.outputs, self.ctx.resolve, v)
+            if cached:  # a cache the entry returns: `keys`, `values` as its path says, not `k_embed`
+                return self.scope.fresh(cached, "expression")
             # A value a callee made and the caller needs (a forward residual): the callee's name for it.
             origin = self.ctx.trace.origin(v)
             base = origin.name or naming.expression_name(origin.expression) if origin else None
@@ -461,3 +464,15 @@ def _state_base(child: Node, node: Node) -> str:
             if match:
                 last = match.group(1)
     return f"new_{last}_state"
+
+
+def _cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | None:
+    """`keys` for a value the entry returns inside a cache (`['past_key_values']['layers'][0]['keys']`):
+    its path's last key, where the path goes through a key naming a cache; else None."""
+    for path, out in outputs:
+        if resolve(out) is not v and out is not v:
+            continue
+        keys = re.findall(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]", path)
+        if len(keys) > 1 and any("cache" in k or k.startswith("past") for k in keys[:-1]):
+            return keys[-1]
+    return None
