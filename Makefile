@@ -12,7 +12,8 @@ VENV312 := .venv-3.12
 # Said loudly; under CI (`CI` set) a missing interpreter fails the run.
 missing = { printf '\n*** %s ***\n\n' "$(1)" >&2; [ -z "$$CI" ] || exit 1; }
 
-.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint mutate bench zoo review-zoo clean
+.PHONY: setup setup-demo demo test test-3.11 test-3.12 test-frames browser lint typecheck mutate bench screenshots zoo \
+	review-zoo clean
 
 # What `annotate` itself needs (torch, jax, torchax, ...): all `make demo` installs.
 $(VENV)/.runtime: pyproject.toml
@@ -36,9 +37,9 @@ setup: $(VENV)/.installed
 demo: setup-demo
 	$(VENV)/bin/annotate samples/llama_model.py
 
-# Lint, the whole suite on 3.11, what depends on the interpreter on 3.12 (each with torch), the
-# frame recorder on 3.13.
-test: lint browser test-3.11 test-3.12 test-frames
+# Lint, the type checker, the whole suite on 3.11, what depends on the interpreter on 3.12 (each
+# with torch), the frame recorder on 3.13.
+test: lint typecheck browser test-3.11 test-3.12 test-frames
 
 test-3.11: setup browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -97,6 +98,20 @@ mutate: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# mypy, strict on render/ and tracing/ ([tool.mypy] in pyproject.toml). The folders are the packages
+# jaxside.render and jaxside.tracing only as installed (package-dir), which no checker follows:
+# build/typecheck/jaxside/ links them in that layout, and mypy reads them there (docs/testing.md).
+TYPECHECK := build/typecheck
+typecheck: setup
+	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/jaxside
+	ln -s $(abspath jaxside/__init__.py) $(abspath jaxside/py.typed) $(TYPECHECK)/jaxside/
+	ln -s $(abspath annotate) $(abspath tracing) $(abspath render) $(TYPECHECK)/jaxside/
+	$(PY) -m mypy
+
+# The HTML view's screenshots in docs/ (the Llama sample; transformers' Llama, light and dark).
+screenshots: setup browser
+	PYTHONPATH=tests $(VENV)/bin/python tests/screenshots.py
 
 bench: setup
 	$(PY) -m benchmarks

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import importlib.util
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,10 +21,11 @@ from typing import Any, NoReturn
 from jaxside.annotate import interrupts
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import Context, Failure, UserCodeRaised
-from jaxside.annotate.files import imported_beside
+from jaxside.annotate.files import imported_beside, resolve_watch
 from jaxside.annotate.noise import library_warnings
+from jaxside.annotate.options import MAIN, Options
 from jaxside.annotate.output import stdout_to_stderr
-from jaxside.annotate.results import MAIN, check_outputs, write_results
+from jaxside.annotate.results import check_outputs, write_results
 from jaxside.annotate.status import Status
 
 __all__ = ["build_parser", "main"]
@@ -113,11 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from jaxside.annotate.review.command import main as review
 
         return review(argv[1:])
-    return run_command(build_parser(), argv, _check_options, _run)
+    return run_command(build_parser(), argv, Options.from_namespace, _check_options, _run)
 
 
-def _run(options: argparse.Namespace, context: Context) -> int:
-    status = options.status = Status(verbosity=options.verbosity)
+def _run(options: Options, context: Context) -> int:
+    status = Status(verbosity=options.verbosity)
     try:
         # Whatever else goes to stderr meanwhile (warnings, --check) clears the live line first.
         with contextlib.redirect_stderr(status.writer()):
@@ -126,7 +126,7 @@ def _run(options: argparse.Namespace, context: Context) -> int:
         status.close()
 
 
-def _annotate(options: argparse.Namespace, context: Context, status: Status) -> int:
+def _annotate(options: Options, context: Context, status: Status) -> int:
     status.phase("loading torch and jax")  # before the imports: the first seconds are theirs
     with interrupts.deferred():
         import jax  # noqa: F401
@@ -145,7 +145,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
         before = set(sys.modules)
         module = load_file(options.file)
         context.defined = defined_names(namespace_of(module))
-        watch += imported_beside(before, file) + [_resolve_watch(item) for item in options.watch]
+        watch += imported_beside(before, file) + [resolve_watch(item) for item in options.watch]
         interrupts.check()
         status.phase("building the model and its inputs")
         entry = find_entry(module, options, abstract=options.abstract)
@@ -166,7 +166,7 @@ def _annotate(options: argparse.Namespace, context: Context, status: Status) -> 
     interrupts.check()
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
     retrace = None
-    if (options.export or options.check) and not options.static_shapes:
+    if options.generic:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
             again = Capture(watch=watch, abstract=options.abstract, resize=resize)
             with stdout_to_stderr(), quiet():
@@ -198,7 +198,7 @@ def _traceback_filtering(on: bool) -> Iterator[None]:
         jax.config.update("jax_traceback_filtering", previous)
 
 
-def _check_options(options: argparse.Namespace) -> None:
+def _check_options(options: Options) -> None:
     """Refuse what cannot work before importing torch or loading anything."""
     from jaxside.annotate.loading import check_source
 
@@ -206,27 +206,10 @@ def _check_options(options: argparse.Namespace) -> None:
     if options.abstract and options.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")
-    for name in ("rtol", "atol"):
-        value = getattr(options, name)
+    for name, value in (("rtol", options.rtol), ("atol", options.atol)):
         if value is not None and not value >= 0:
             raise Failure(f"--{name} must be a number >= 0, not {value}", f"e.g. --{name} 1e-5")
     check_outputs(options)
-
-
-def _resolve_watch(item: str) -> str:
-    """A --watch item as a path: files and directories as given, a module as its file or package."""
-    if Path(item).exists():
-        return str(Path(item).resolve())
-    try:
-        spec = importlib.util.find_spec(item)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        return str(Path(next(iter(spec.submodule_search_locations))).resolve())
-    if spec is not None and spec.origin and Path(spec.origin).exists():
-        return str(Path(spec.origin).resolve())
-    raise Failure(f"--watch {item}: no such file, directory or importable module",
-                  "give a path, or a module name FILE can import")
 
 
 def _name(fn: Any) -> str:

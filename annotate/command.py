@@ -7,24 +7,29 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from jaxside.annotate import __version__, interrupts
 from jaxside.annotate.errors import EXIT_INTERRUPTED, Context, Failure, describe, report
 from jaxside.annotate.loading import STDIN, isolated, readable_copy
 
+T = TypeVar("T")
+
 
 def run_command(
     parser: argparse.ArgumentParser,
     argv: Sequence[str] | None,
-    check: Callable[[argparse.Namespace], None],
-    run: Callable[[argparse.Namespace, Context], int],
+    make: Callable[[argparse.Namespace], T],
+    check: Callable[[T], None],
+    run: Callable[[T, Context], int],
 ) -> int:
-    """Parse `argv`, then `check` and `run` the command in an isolated import state, every
-    failure ending as one `error:` line with its exit code, and Ctrl-C as exit 130 whenever
-    it comes (see `annotate.interrupts`)."""
+    """Parse `argv`, `make` the command's options once (inputs read from pipes already in
+    files), then `check` and `run` the command in an isolated import state, every failure
+    ending as one `error:` line with its exit code, and Ctrl-C as exit 130 whenever it comes
+    (see `annotate.interrupts`)."""
     with interrupts.handling():
         try:
-            options = parser.parse_args(argv)
+            parsed = parser.parse_args(argv)
         except SystemExit as exit:  # --help, --version
             return int(exit.code or 0)
         except Failure as failure:
@@ -32,10 +37,10 @@ def run_command(
             return failure.code
         except KeyboardInterrupt:
             return _interrupted()
-        context = Context(options.file)
+        context = Context(parsed.file)
         try:
             with contextlib.ExitStack() as stack:
-                _read_pipes(options, context, stack)
+                options = make(_read_pipes(parsed, context, stack))
                 check(options)
                 with isolated():
                     code = run(options, context)
@@ -47,7 +52,7 @@ def run_command(
             if interrupts.interrupted():  # a Ctrl-C that code on the way turned into another error
                 return _interrupted()
             failure = describe(error, context)
-            report(failure, context, error, debug=options.debug)
+            report(failure, context, error, debug=parsed.debug)
             return failure.code
 
 
@@ -67,21 +72,24 @@ _SOURCE_OPTIONS = ("file", "port")
 """The options that name Python source files to load (`annotate`'s FILE; `review`'s two files)."""
 
 
-def _read_pipes(options: argparse.Namespace, context: Context, stack: contextlib.ExitStack) -> None:
-    """Inputs given as ``-``, ``/dev/stdin`` or another pipe are read once into temporary files;
-    the options then name those, and errors the names given."""
-    options.shown_file = options.file
+def _read_pipes(
+    parsed: argparse.Namespace, context: Context, stack: contextlib.ExitStack
+) -> argparse.Namespace:
+    """Inputs given as ``-``, ``/dev/stdin`` or another pipe are read once into temporary files:
+    the options returned name those (`shown_file`: FILE as given), and errors the names given."""
+    values = {**vars(parsed), "shown_file": parsed.file}
     for name in _SOURCE_OPTIONS:
-        given = getattr(options, name, None)
+        given = values.get(name)
         if given is None:
             continue
         path = stack.enter_context(readable_copy(given))
         if path != given:
             shown = "<stdin>" if given == STDIN else given
             context.copies[str(Path(path).resolve())] = shown
-            setattr(options, name, path)
+            values[name] = path
             if name == "file":
-                options.shown_file = shown
+                values["shown_file"] = shown
+    return argparse.Namespace(**values)
 
 
 def _interrupted() -> int:

@@ -35,6 +35,10 @@ class Failure(Exception):
             where = shown(self.file) + (f":{self.line}" if self.line else "") + ": "
         return f"error: {where}{self.what}" + (f"; {self.fix}" if self.fix else "")
 
+    def __str__(self) -> str:
+        """The line without ``error: `` (what the Python API's callers see)."""
+        return self.text().removeprefix("error: ")
+
 
 class UserCodeRaised(Exception):
     """The user's code raised `error` while jaxside was `doing` something with it (``tracing Net``).

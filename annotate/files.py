@@ -9,6 +9,7 @@ stderr names the others, ``--file NAME`` picks one and ``-o DIR/`` writes a copy
 
 from __future__ import annotations
 
+import importlib.util
 import linecache
 import os
 import sys
@@ -179,3 +180,19 @@ def imported_beside(before: set[str], file: str) -> list[str]:
         if path.startswith(root) and path.endswith(".py") and not installed and not is_library_file(path):
             found.append(path)
     return found
+
+
+def resolve_watch(item: str) -> str:
+    """A --watch item as a path: files and directories as given, a module as its file or package."""
+    if Path(item).exists():
+        return str(Path(item).resolve())
+    try:
+        spec = importlib.util.find_spec(item)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return str(Path(next(iter(spec.submodule_search_locations))).resolve())
+    if spec is not None and spec.origin and Path(spec.origin).exists():
+        return str(Path(spec.origin).resolve())
+    raise Failure(f"--watch {item}: no such file, directory or importable module",
+                  "give a path, or a module name FILE can import")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import importlib
@@ -20,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from jaxside.annotate.errors import Failure, UserCodeRaised, syntax_error
 
@@ -31,6 +30,25 @@ _NOT_SOURCE = {
 }
 _GIVE_SOURCE = "give the .py file that defines the model"
 _OWN_PACKAGES = ("jaxside",)
+
+
+class EntryOptions(Protocol):
+    """The options that say what to trace in FILE (`annotate`'s and `annotate review`'s)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def entry(self) -> str | None: ...
+
+    @property
+    def inputs(self) -> str | None: ...
+
+    @property
+    def kwargs(self) -> str | None: ...
+
+    @property
+    def setup(self) -> str | None: ...
 
 
 @dataclass
@@ -237,7 +255,7 @@ def namespace_of(module: ModuleType) -> dict[str, Any]:
     return {"torch": torch, **vars(module)}
 
 
-def find_entry(module: ModuleType, options: argparse.Namespace, *, abstract: bool = False) -> Entry:
+def find_entry(module: ModuleType, options: EntryOptions, *, abstract: bool = False) -> Entry:
     """The entry and its inputs from ``--entry/--inputs/--kwargs`` or FILE's ``example()``,
     then ``--setup``; under ``--abstract`` all of it is built on the ``meta`` device."""
     import torch
@@ -288,7 +306,7 @@ def run_setup(statements: str, namespace: dict[str, Any]) -> None:
     _run_user_code(f"running {given}", lambda: exec(code, namespace), given)
 
 
-def _from_example(module: ModuleType, options: argparse.Namespace) -> tuple[Any, Any, Any]:
+def _from_example(module: ModuleType, options: EntryOptions) -> tuple[Any, Any, Any]:
     example = getattr(module, "example", None)
     if not callable(example):
         raise no_entry(module, options.file)
@@ -307,7 +325,7 @@ def _from_example(module: ModuleType, options: argparse.Namespace) -> tuple[Any,
     return fn, args, kwargs
 
 
-def _check_callable(fn: Any, options: argparse.Namespace) -> None:
+def _check_callable(fn: Any, options: EntryOptions) -> None:
     import torch
 
     given = f"--entry {shlex.quote(options.entry)}" if options.entry is not None else "example()"

@@ -3,16 +3,15 @@ over a file annotate did not write (unless ``--force``). Files carry annotate's 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.errors import Failure
@@ -20,10 +19,38 @@ from jaxside.annotate.loading import is_link_loop
 from jaxside.annotate.seal import is_sealed, seal
 
 
-def emit(text: str, options: argparse.Namespace, *, encoding: str = "utf-8", form: str = "python") -> None:
+class Guard(Protocol):
+    """What decides whether a path may be written: the input never written over (`file`), and
+    whether a file annotate did not write may be replaced (`force`)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def force(self) -> bool: ...
+
+
+class Target(Protocol):
+    """A `Guard` with where the main result goes (`output`: a path, ``-`` or None for stdout)."""
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def force(self) -> bool: ...
+
+    @property
+    def output(self) -> str | None: ...
+
+
+Say = Callable[[str], None]
+"""Where "wrote PATH" goes (a run's `Status.say`)."""
+
+
+def emit(text: str, options: Target, say: Say, *, encoding: str = "utf-8", form: str = "python") -> None:
     """Write the result to ``-o`` (only if it changed) or to stdout, encoded in `encoding`."""
     if options.output and options.output != "-":
-        write(text, options.output, options, "-o", encoding=encoding, form=form)
+        write(text, options.output, options, "-o", say, encoding=encoding, form=form)
     else:
         to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
 
@@ -98,36 +125,30 @@ def _flush(stream: Any) -> None:
         stream.flush()
 
 
-def _say(options: argparse.Namespace, text: str) -> None:
-    status = getattr(options, "status", None)
-    if status is not None:
-        status.say(text)
-    elif getattr(options, "verbosity", 0) >= 0:
-        print(f"annotate: {text}", file=sys.stderr)
-
-
 def write(
-    text: str, path: str, options: argparse.Namespace, flag: str, *,
+    text: str, path: str, options: Guard, flag: str, say: Say, *,
     encoding: str = "utf-8", form: str = "python",
-) -> None:
+) -> bool:
     """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it),
-    sealed as `form` (``python``, ``html`` or ``json``); stdout gets the text alone."""
+    sealed as `form` (``python``, ``html`` or ``json``); stdout gets the text alone. Whether the
+    file changed."""
     interrupts.check()
     if path == "-":
         to_stdout(text, encoding)
-        return
+        return True
     check_target(path, options, flag)
     data = seal(_encode(text, encoding), form)
     target = Path(path).resolve()
     try:
         if target.is_file() and target.read_bytes() == data:
-            _say(options, f"{path} unchanged")
-            return
+            say(f"{path} unchanged")
+            return False
         _replace(target, data)
     except OSError as error:
         raise Failure(f"cannot write it ({error.strerror})",
                       "choose a path in a directory you can write to", file=path) from None
-    _say(options, f"wrote {path}")
+    say(f"wrote {path}")
+    return True
 
 
 def _replace(target: Path, data: bytes) -> None:
@@ -166,7 +187,7 @@ def refuse_link_loop(path: str, flag: str) -> None:
                       f"remove the link, or choose another {flag}", file=path)
 
 
-def check_target(path: str, options: argparse.Namespace, flag: str) -> None:
+def check_target(path: str, options: Guard, flag: str) -> None:
     """Refuse an output path before anything runs: FILE itself, a directory, a place that cannot
     be written (tried, not guessed: root passes every permission check), or an existing file
     annotate did not write, unless --force."""

@@ -10,20 +10,21 @@ with torch to whichever of these is written. What cannot be done together is ref
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jaxside.annotate import files
 from jaxside.annotate.errors import EXIT_OK, Failure
-from jaxside.annotate.output import check_target, emit, refuse_link_loop, write
+from jaxside.annotate.options import MAIN, Options
+from jaxside.annotate.output import Say, check_target, emit, refuse_link_loop, stdout_to_stderr, write
 
-MAIN = True
-"""``options.json`` for a bare ``--json``: the map is the main result (stdout or ``-o``)."""
+__all__ = ["MAIN", "check_outputs", "main_result", "run_export", "write_results"]
 
 
-def main_result(options: argparse.Namespace) -> str | None:
+def main_result(options: Options) -> str | None:
     """What goes to ``-o`` or stdout: "module", "json", "comments", or None (only other outputs)."""
     if options.export:
         return "module"
@@ -34,7 +35,7 @@ def main_result(options: argparse.Namespace) -> str | None:
     return None
 
 
-def check_outputs(options: argparse.Namespace) -> None:
+def check_outputs(options: Options) -> None:
     """Refuse a combination of outputs that cannot be written from one run, before any import."""
     if options.json is MAIN and options.export:
         raise Failure("a bare --json and --export both want to be the result on stdout or -o",
@@ -76,21 +77,24 @@ def check_outputs(options: argparse.Namespace) -> None:
             check_target(path, options, flag)
 
 
-def _paths(options: argparse.Namespace) -> dict[str, str | None]:
+def _paths(options: Options) -> dict[str, str | None]:
     """The path each output flag names (None: not written)."""
     return {"-o": options.output if main_result(options) else None, "--html": options.html,
             "--json": options.json if isinstance(options.json, str) else None}
 
 
 def write_results(
-    options: argparse.Namespace,
+    options: Options,
     trace: Any,
     entry: Any,
     retrace: Callable[[Any], Any] | None,
-    say: Callable[[str], None],
+    say: Say,
 ) -> int:
-    """Write every output the options ask for from `trace`; the exit code (1: --check found a mismatch)."""
+    """Write every output the options ask for from `trace`, lowered once (with `retrace`, sizes
+    that follow the inputs generic) for all of them: the comments, the page and the map show the
+    program the module is; the exit code (1: --check found a mismatch)."""
     from jaxside.annotate.loading import source_encoding
+    from jaxside.render.lower import lower
 
     main = main_result(options)
     traced = files.choose(trace, options.file, options.file_name, _shown_as(options))
@@ -103,55 +107,72 @@ def write_results(
         text = files.note(traced, options.file)
         if text is not None:
             say(text)
+    program = lower(trace, retrace)
     if main == "json":
-        emit(_json(trace), options, form="json")
+        emit(_json(program), options, say, form="json")
     elif copies:
-        write_copies(options, trace, traced)
+        write_copies(options, program, traced, say)
     elif main == "comments":
-        text = _comments(trace, traced.shown, options)
-        emit(text, options, encoding=source_encoding(traced.shown))
+        text = _comments(program, traced.shown, options)
+        emit(text, options, say, encoding=source_encoding(traced.shown))
     if isinstance(options.json, str):
-        write(_json(trace), options.json, options, "--json", form="json")
+        write(_json(program), options.json, options, "--json", say, form="json")
     if options.html:
         from jaxside.render.html import side_by_side
 
-        write(side_by_side(trace, traced.shown, shapes=options.shapes), options.html, options, "--html",
-              form="html")
+        write(side_by_side(program, traced.shown, shapes=options.shapes), options.html, options, "--html",
+              say, form="html")
     if options.export or options.check:
-        from jaxside.annotate.export import run
-
-        return run(options, entry, trace, retrace)
+        return run_export(options, program, entry, say)
     return EXIT_OK
 
 
-def write_copies(options: argparse.Namespace, trace: Any, traced: files.Traced) -> None:
+def run_export(options: Options, program: Any, entry: Any, say: Say) -> int:
+    """``--export`` and ``--check``: the module to ``-o`` or stdout (unless only checked), then
+    compared with torch eager (its table on stderr); the exit code."""
+    from jaxside.annotate.export import module_source
+
+    text = module_source(program, options.shown_file)
+    if options.export:
+        emit(text, options, say)
+    if not options.check:
+        return EXIT_OK
+    from jaxside.annotate.check import check_export, load_module
+
+    unwritten = "" if options.export else "; not written: --export -o PATH keeps it"
+    with stdout_to_stderr():  # torch eager runs the user's code again
+        report = check_export(load_module(text), program, entry, rtol=options.rtol, atol=options.atol,
+                              note=unwritten, show=lambda line: print(line, file=sys.stderr))
+    return report.exit_code
+
+
+def write_copies(options: Options, program: Any, traced: files.Traced, say: Say) -> None:
     """``-o DIR/``: an annotated copy of each traced file, in that file's own encoding."""
     from jaxside.annotate.loading import source_encoding
 
     copies = files.copy_paths(traced, options.output)
     for target in copies.values():
         files.refuse_sources(target, traced, "-o")
-    texts = {source: _comments(trace, source, options) for source in copies}
+    texts = {source: _comments(program, source, options) for source in copies}
     for source, target in copies.items():  # every target checked before the first is written
         target.parent.mkdir(parents=True, exist_ok=True)
-        check_target(str(target), argparse.Namespace(**{**vars(options), "file": source}), "-o")
+        check_target(str(target), dataclasses.replace(options, file=source), "-o")
     for source, target in copies.items():
-        write(texts[source], str(target), options, "-o", encoding=source_encoding(source))
+        write(texts[source], str(target), options, "-o", say, encoding=source_encoding(source))
 
 
-def _comments(trace: Any, path: str, options: argparse.Namespace) -> str:
+def _comments(program: Any, path: str, options: Options) -> str:
     from jaxside.render.comments import annotate_file
 
-    return annotate_file(trace, path, shapes=options.shapes)
+    return annotate_file(program, path, shapes=options.shapes)
 
 
-def _json(trace: Any) -> str:
+def _json(program: Any) -> str:
     from jaxside.render.json_map import to_json
 
-    return to_json(trace)
+    return to_json(program)
 
 
-def _shown_as(options: argparse.Namespace) -> str | None:
+def _shown_as(options: Options) -> str | None:
     """FILE's name in notes when it was read from a pipe (`<stdin>`), else None."""
-    shown = getattr(options, "shown_file", options.file)
-    return shown if shown != options.file else None
+    return options.shown_file if options.shown_file != options.file else None

@@ -18,7 +18,7 @@ ROW = "2 annotate --export"
 SECONDS, MEGABYTES = 10.0, 1536.0
 """The issue's targets for the whole command: under 10 s and under 1.5 GB."""
 IMPORTS = ("import torch, jax, jaxside.tracing._capture, jaxside.render.module, jaxside.annotate.cli, "
-           "jaxside.annotate.export")
+           "jaxside.annotate.export, jaxside.annotate.check")
 """The baseline: a process that only imports what the command imports."""
 CASES = {
     "llama sample (tiny)": [str(LLAMA), "--export"],

@@ -27,7 +27,8 @@ def recognised() -> list[tuple[str, str, bool]]:
     import jax
     import jax.numpy as jnp
 
-    from jaxside.render.module import export_module
+    from jaxside.render.lower import lower
+    from jaxside.render.module import render_program
     from jaxside.render.rules.catalogue import CATALOGUE
     from jaxside.tracing import capture
 
@@ -47,7 +48,8 @@ def recognised() -> list[tuple[str, str, bool]]:
         spec.loader.exec_module(module)
         found = []
         for i, entry in enumerate(CATALOGUE):
-            text = export_module(capture(getattr(module, f"call_{i}"), *operands(entry)), source=source)
+            trace = capture(getattr(module, f"call_{i}"), *operands(entry))
+            text = render_program(lower(trace), source=source)
             body = next(ast.unparse(node) for node in ast.parse(text).body
                         if isinstance(node, ast.FunctionDef) and node.name == f"call_{i}")
             found.append((entry.path, entry.calls[0].format(**dict(entry.filled)), entry.path + "(" in body))

@@ -24,7 +24,7 @@ def hlo_ops(text: str) -> int:
 def pending() -> str | None:
     """What the row needs that is not there yet, if anything."""
     try:
-        from jaxside.annotate.export import entry_inputs, load_module  # noqa: F401
+        from jaxside.annotate.check import entry_inputs, load_module  # noqa: F401
         from jaxside.render.lower import lower  # noqa: F401
         from jaxside.render.module import render_program  # noqa: F401
     except ImportError as error:
@@ -43,7 +43,7 @@ def measure(layers: int, smoke: bool) -> list[Result]:
     import jax
     import numpy as np
 
-    from jaxside.annotate.export import entry_inputs, load_module
+    from jaxside.annotate.check import entry_inputs, load_module
     from jaxside.render.lower import lower
     from jaxside.render.module import render_program
     from jaxside.tracing import capture

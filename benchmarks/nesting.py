@@ -42,13 +42,15 @@ def nested(depth: int) -> torch.nn.Module:
 
 
 def run(smoke: bool = False) -> list[Result]:
-    from jaxside.render.module import export_module
+    from jaxside.render.lower import lower
+    from jaxside.render.module import render_program
     from jaxside.tracing import capture
 
     depths = (5, 10) if smoke else (10, 25, 50)
     traces = {depth: capture(nested(depth), torch.randn(2, 4)) for depth in depths}
     cases = {
-        str(depth): (lambda t=trace: export_module(t, source="benchmarks")) for depth, trace in traces.items()
+        str(depth): (lambda t=trace: render_program(lower(t), source="benchmarks"))
+        for depth, trace in traces.items()
     }
     times = medians(cases, runs=1 if smoke else 3)
     shallow = times[str(depths[0])] / depths[0]

@@ -62,10 +62,11 @@ def run(smoke: bool = False) -> list[Result]:
     cases = {"jax": lambda: str(trace.jaxpr), "ops": render_ops}
     try:
         from jaxside.render.comments import annotate_file
-        from jaxside.render.module import export_module
+        from jaxside.render.lower import lower
+        from jaxside.render.module import render_program
 
-        cases["module"] = lambda: export_module(trace, source="benchmarks")
-        cases["comments"] = lambda: annotate_file(trace, str(models.LLAMA))
+        cases["module"] = lambda: render_program(lower(trace), source="benchmarks")
+        cases["comments"] = lambda: annotate_file(lower(trace), str(models.LLAMA))
     except ImportError as error:
         missing = f"pending: {error}"
     else:

@@ -156,7 +156,7 @@ def _save_run(source: Path, export: Path, folder: Path) -> None:
     import numpy as np
     import torch
 
-    from jaxside.annotate.export import load_module, run_jitted, to_jax
+    from jaxside.annotate.check import load_module, run_jitted, to_jax
     from jaxside.tracing import example_key, is_key, plain_output
 
     spec = importlib.util.spec_from_file_location(f"zoo_{source.stem}", source)

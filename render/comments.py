@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxside.render import source as torch_source
-from jaxside.render.ir import Loop, Statement
+from jaxside.render.ir import Loop, Program, Statement
 from jaxside.render.layout import WIDTH, display_width, double_quotes, wrap_text
-from jaxside.render.lower import lower
 from jaxside.render.text import CommentsChangeCode
 
 
@@ -34,7 +33,8 @@ class Note:
     count: int = 0
     """How many times it ran, over every call."""
     variants: int = 1
-    """How many different JAX forms it had (calls with other shapes or dtypes)."""
+    """How many variants it had: defs of one torch function for calls with other shapes or dtypes
+    (the comment says "forms")."""
     calls: int | None = None
     """How many calls of its def ran it, where not every one did (a statement under a flag)."""
 
@@ -68,7 +68,7 @@ class SourceMap:
         if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
             first = body[0]
             first_line = min([first.lineno, *(d.lineno for d in getattr(first, "decorator_list", ()))])
-            return max(node.lineno, first_line - 1)
+            return max(node.lineno, int(first_line) - 1)
         return node.end_lineno or node.lineno
 
     def logical_end(self, line: int) -> int:
@@ -123,7 +123,7 @@ def comment_lines(note: Note, indent: str = "", width: int | None = None) -> lis
     suffix = f"  ×{note.count}" if note.count > 1 else ""
     if note.variants > 1:
         suffix += f"  ({note.variants} forms: calls differ in shapes, dtypes or what they call)"
-    lines = []
+    lines: list[str] = []
     for text in note.texts:
         # A statement of several lines (an `if` with its body) is a comment line each: every
         # line break any reader knows (`str.splitlines`, more than Python's own) starts a `# `.
@@ -154,7 +154,7 @@ def notes_for(
     """Gather the program's statements that came from `path`, per torch statement.
 
     A def stands for every call it was used for, so its lines ran that many times more; the
-    same torch line in two defs is one torch function called with two forms (shapes, dtypes).
+    same torch line in two defs is one torch function with two variants (shapes, dtypes).
     """
     target = str(Path(path).resolve())
     merged: dict[int, Note] = {}
@@ -175,7 +175,8 @@ def notes_for(
 
 
 def _function_notes(
-    function: Any, trace: Any, source_map: SourceMap, definition: ast.AST, target: str, shapes: bool
+    function: Any, trace: Any, source_map: SourceMap, definition: ast.FunctionDef | ast.AsyncFunctionDef,
+    target: str, shapes: bool,
 ) -> dict[int, Note]:
     """Notes for one call of a def, keyed by the first line of their torch statements.
 
@@ -191,15 +192,19 @@ def _function_notes(
     keywords = ["*", *keywords] if keywords else []
     signature = f"jax: def {function.name}({', '.join(function.params + keywords)})"
     notes: dict[int, Note] = {definition.lineno: Note([signature], 1)}
-    anchor, spans, first_run, pending = None, set(), True, []
+    anchor: int | None = None
+    spans: set[tuple[int, int, int, int]] = set()
+    first_run, pending = True, []
     for statement in function.body:
         rolled = statement.calls if isinstance(statement, Loop) else None
         if not statement.eqns and statement.call is None and not rolled:
             continue  # bookkeeping of the export (a list to collect loop results)
         site = statement.site
         node = source_map.statement_at(site.line) if site is not None else None
-        inside = node is not None and first_line < node.lineno <= last_line
-        if not inside or not _same_file(site.file, target):
+        if node is None or site is None or not first_line < node.lineno <= last_line:
+            pending.append(statement)
+            continue
+        if not _same_file(site.file, target):
             pending.append(statement)
             continue
         span = (site.line, site.col, site.end_line, site.end_col)
@@ -262,13 +267,15 @@ def statement_text(statement: Any, trace: Any = None, *, shapes: bool = False) -
     return text
 
 
-def annotate_file(trace: Any, path: str | None = None, *, shapes: bool = False) -> str:
+def annotate_file(program: Program, path: str | None = None, *, shapes: bool = False) -> str:
     """The torch file at `path` (by default the entry's: a file, or a notebook cell), with the
-    JAX each line produced in `trace` beside it (the caller encodes it back in the file's encoding)."""
+    JAX each line produced in the lowered `program` beside it (the caller encodes it back in the
+    file's encoding)."""
+    trace = program.trace
     path = trace.root.file if path is None else path
     source = torch_source.read_source(path)
     source_map = SourceMap(source)
-    annotated = place(source_map, notes_for(lower(trace), trace, path, source_map, shapes=shapes))
+    annotated = place(source_map, notes_for(program, trace, path, source_map, shapes=shapes))
     check_same_code(source, annotated, str(path))
     return annotated
 

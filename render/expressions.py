@@ -50,7 +50,7 @@ def join(separator: list[Doc], items: list[Doc]) -> list[Doc]:
 _FLAT, _BREAK = 0, 1
 
 
-def _fits(command: tuple, rest: list[tuple], room: int) -> bool:
+def _fits(command: tuple[Any, ...], rest: list[tuple[Any, ...]], room: int) -> bool:
     """Whether `command` in flat mode, then what follows up to the next line break, fits in `room`."""
     stack, taken = [command], len(rest)
     while room >= 0:
@@ -80,7 +80,7 @@ def _fits(command: tuple, rest: list[tuple], room: int) -> bool:
 
 def print_doc(doc: Doc, indent: int, width: int, column: int = 0) -> str:
     out: list[str] = []
-    stack: list[tuple] = [(indent, _BREAK, doc)]
+    stack: list[tuple[Any, ...]] = [(indent, _BREAK, doc)]
     while stack:
         level, mode, doc = stack.pop()
         if isinstance(doc, str):
@@ -127,8 +127,11 @@ _SYMBOLS = {
     ast.Or: "or", ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
     ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in",
 }
-_BRACKETS = {ast.List: "[]", ast.Set: "{}", ast.ListComp: "[]", ast.SetComp: "{}", ast.DictComp: "{}",
-             ast.GeneratorExp: "()", ast.Dict: "{}", ast.Tuple: "()"}
+_SQUARE, _CURLY, _ROUND = ("[", "]"), ("{", "}"), ("(", ")")
+_BRACKETS: dict[type[ast.expr], tuple[str, str]] = {
+    ast.List: _SQUARE, ast.Set: _CURLY, ast.ListComp: _SQUARE, ast.SetComp: _CURLY, ast.DictComp: _CURLY,
+    ast.GeneratorExp: _ROUND, ast.Dict: _CURLY, ast.Tuple: _ROUND,
+}
 
 
 def _precedence(node: ast.expr) -> int:

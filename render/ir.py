@@ -38,7 +38,7 @@ class Fold:
 
 def fold(node: ast.expr, record: Fold) -> ast.expr:
     """`node`, marked as folded (the mark survives `copy.deepcopy`)."""
-    node.jaxside_fold = record  # type: ignore[attr-defined]
+    node.jaxside_fold = record  # type: ignore[attr-defined]  # a mark on the node, read by `fold_of`
     return node
 
 
@@ -98,6 +98,7 @@ class Loop(Statement):
     calls: list[Call] = field(default_factory=list)
 
     def node(self) -> ast.stmt:
+        assert self.loop_target is not None and self.iterable is not None  # a Loop is made with both
         return ast.For(self.loop_target, self.iterable, [s.node() for s in self.body], [], lineno=0)
 
 
@@ -131,18 +132,10 @@ class Keyword:
 
 
 @dataclass
-class Function:
-    """One def: a user function or module method, shared by every call with its structure."""
+class Calling:
+    """How callers call a def: which of a call's args ("arg", i) and inputs ("extra", i) it takes,
+    in parameter order, and what it gives back. Defs that merge are called alike."""
 
-    name: str
-    calls: list[Call]
-    params: list[str]
-    body: list[Statement]
-    returns: ast.expr | None
-    scope: Scope
-    doc: str | None = None
-    # How callers call it: which of a call's args ("arg", i) and inputs ("extra", i) it takes,
-    # in parameter order, and what it gives back.
     operands: list[tuple[str, int]] = field(default_factory=list)
     packing: list[list[tuple[str, int]] | None] = field(default_factory=list)
     """Per parameter after `params`/`state`: None for one operand (the next), or the operands a
@@ -153,6 +146,21 @@ class Function:
     uses_state: bool = False
     state_out: list[str] = field(default_factory=list)
     """Buffer paths (relative to the call's module) whose new value it returns."""
+
+
+@dataclass
+class Function:
+    """One def: a user function or module method, shared by every call with its structure."""
+
+    name: str
+    calls: list[Call]
+    params: list[str]
+    body: list[Statement]
+    returns: ast.expr | None
+    scope: Scope
+    doc: str | None = None
+    calling: Calling = field(default_factory=Calling)
+    """How callers call it."""
     anchor: str | None = None
     """The module path its `params`/`state` subtrees start at (of its first call)."""
     decorators: list[ast.expr] = field(default_factory=list)
@@ -190,7 +198,7 @@ class Function:
         defaults = [copy.deepcopy(k.default) for k in self.keywords]
         positional = [ast.arg(p) for p in self.params]
         args = ast.arguments([], positional, None, kwonly, defaults, None, [])
-        return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0)
+        return ast.FunctionDef(self.name, args, body, list(self.decorators), None, lineno=0, type_params=[])
 
 
 def blocks(statements: list[Statement]) -> list[ast.stmt]:
@@ -268,26 +276,26 @@ class Program:
 
     @property
     def takes_params(self) -> bool:
-        return self.entry.uses_params
+        return self.entry.calling.uses_params
 
     @property
     def takes_state(self) -> bool:
-        return self.entry.uses_state
+        return self.entry.calling.uses_state
 
     @property
     def written_inputs(self) -> list[str]:
         """Arguments the torch code wrote in place (`x.add_(1)`) whose new values the entry returns
         after its outputs, in one dict with any new state (`{"x": ...}`)."""
         arguments = {s.input.name for s in self.trace.state if s.input.kind == "arg"}
-        return [path for path in self.entry.state_out if path in arguments]
+        return [path for path in self.entry.calling.state_out if path in arguments]
 
     def assigned_names(self) -> list[tuple[str, str]]:
         """Every name the user defs assign (parameters, targets, loop variables) with its source."""
-        result = []
+        result: list[tuple[str, str]] = []
         for function in self.functions:
             seen: set[str] = set()
             tree = function.node()
-            skip = int(function.uses_params) + int(function.uses_state)
+            skip = int(function.calling.uses_params) + int(function.calling.uses_state)
             names = [a.arg for a in tree.args.args[skip:]]
             names += [
                 n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)

@@ -14,16 +14,15 @@ from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.comments import return_note, statement_text
-from jaxside.render.ir import Loop
-from jaxside.render.lower import lower
+from jaxside.render.ir import Loop, Program
 
 SCHEMA = "jaxside.map/1"
 
 
-def line_map(trace: Any) -> dict[str, Any]:
-    """The map as plain data: ``{"schema", "entry", "frontend", "lines": [...]}``, lines in file
-    and line order, statements in program order."""
-    program = lower(trace)
+def line_map(program: Program) -> dict[str, Any]:
+    """The map of a lowered program as plain data: ``{"schema", "entry", "frontend", "lines": [...]}``,
+    lines in file and line order, statements in program order."""
+    trace = program.trace
     eqns = trace.jaxpr.jaxpr.eqns
     lines: dict[tuple[str, int], dict[str, Any]] = {}
     for function in program.functions:
@@ -90,6 +89,6 @@ def _value(trace: Any, var: Any) -> dict[str, Any]:
     }
 
 
-def to_json(trace: Any) -> str:
+def to_json(program: Program) -> str:
     """The map as JSON text (UTF-8, keys in schema order), one document."""
-    return json.dumps(line_map(trace), indent=1, ensure_ascii=False) + "\n"
+    return json.dumps(line_map(program), indent=1, ensure_ascii=False) + "\n"

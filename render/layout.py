@@ -65,9 +65,10 @@ def format_statement(node: ast.stmt, indent: int, width: int = WIDTH) -> list[st
 def _meaning(tree: ast.Module) -> str:
     """The tree's dump, docstrings read as `help()` reads them (their indentation is layout)."""
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and _is_docstring(
-                node.body[0]):
-            node.body[0].value.value = inspect.cleandoc(node.body[0].value.value)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            doc = _docstring(node.body[0])
+            if doc is not None:
+                doc.value = inspect.cleandoc(str(doc.value))
     return ast.dump(tree)
 
 
@@ -90,9 +91,12 @@ def _ends_with_def(node: ast.stmt) -> bool:
     return isinstance(body, list) and bool(body) and _ends_with_def(body[-1])
 
 
-def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(
-        node.value.value, str)
+def _docstring(node: ast.stmt) -> ast.Constant | None:
+    """The string constant of a statement that is a docstring, else None."""
+    value = node.value if isinstance(node, ast.Expr) else None
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value
+    return None
 
 
 def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
@@ -112,8 +116,9 @@ def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
             lines += laid(f"def {node.name}", group("(", indented(SOFT, *join([",", LINE], params),
                                                                   if_break(",")), SOFT, "):"))
         body = node.body
-        if body and _is_docstring(body[0]):
-            lines.append(f"{pad}    {user_text.docstring(body[0].value.value, indent + 4)}")
+        doc = _docstring(body[0]) if body else None
+        if doc is not None:
+            lines.append(f"{pad}    {user_text.docstring(str(doc.value), indent + 4)}")
             body = body[1:]
             if body and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 lines.append("")
@@ -127,8 +132,8 @@ def _statement(node: ast.stmt, indent: int, width: int) -> list[str]:
     if isinstance(node, ast.Raise) and node.exc is not None and node.cause is None:
         return laid("raise ", docs.value(node.exc))
     if isinstance(node, ast.For):
-        target = node.target
-        target = flat_tuple(target) if isinstance(target, ast.Tuple) else docs.expr(target, False)
+        loop = node.target
+        target = flat_tuple(loop) if isinstance(loop, ast.Tuple) else docs.expr(loop, False)
         head = laid("for ", target, " in ", docs.value(node.iter), ":")
         return head + format_body(node.body, indent + 4, width, function=False)
     if isinstance(node, ast.Assign):

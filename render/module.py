@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from typing import Any
 
 from jaxside.render import text as user_text
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
-from jaxside.render.lower import lower
-from jaxside.render.lower.merge.keyword_args import accessor
+from jaxside.render.lower.config_fields import accessor
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import is_index
-from jaxside.tracing.trace import Trace
 
 _IMPORTS = {
     "jax": "import jax",
@@ -26,13 +25,9 @@ _STANDARD = ("dataclasses", "math")
 """Imports of the standard library: their own block, before jax's (as isort sorts them)."""
 
 
-def export_module(trace: Trace, *, source: str) -> str:
-    """The JAX module for `trace`; `source` says what it was generated from (for the docstring)."""
-    return render_program(lower(trace), source=source)
-
-
 def render_program(program: Program, *, source: str) -> str:
-    """The module text for a lowered program."""
+    """The module text for a lowered program; `source` says what it was generated from (for the
+    docstring)."""
     defs: list[ast.stmt] = [f.node() for f in program.functions + program.helpers]
     constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
     loader = _load_params(program)
@@ -139,7 +134,7 @@ def _sizes(program: Program) -> list[str]:
     if sizes is None:
         return []
 
-    def listed(dims: list) -> str:
+    def listed(dims: list[Any]) -> str:
         arguments = [f"`{d}`" for d in dims if not d.state]
         buffers = [d for d in dims if d.state]
         text = " = ".join(arguments) if arguments else f"`{buffers[0]}`"
@@ -219,7 +214,9 @@ def _config_class(program: Program) -> str:
     lines = ["@dataclasses.dataclass(frozen=True)", "class Config:", f'    """{doc[4:]}"""', ""]
     for f in program.config:
         kind = type(f.value).__name__
-        lines.append(f"    {f.name}: {kind} = {ast.unparse(user_text.value_expr(f.value))}")
+        value = user_text.value_expr(f.value)
+        assert value is not None  # a field holds a number (tracing.is_number)
+        lines.append(f"    {f.name}: {kind} = {ast.unparse(value)}")
     return "\n".join(lines)
 
 

@@ -202,7 +202,7 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
 
 def _is_chain(node: ast.expr) -> bool:
     """`x`, `self.weight`, `x.T`, `params["w1"]`: a name or attribute chain, or a constant key of one."""
-    while isinstance(node, ast.Attribute) or _is_key(node):
+    while isinstance(node, ast.Attribute) or (isinstance(node, ast.Subscript) and _is_key(node)):
         node = node.value
     return isinstance(node, ast.Name)
 

@@ -135,7 +135,9 @@ def assigned_name(site: Any) -> str | None:
     """The name a statement binds the expression at `site` to, whole: `outputs` for
     `outputs: BaseModelOutput = self.model(x)` or `h = self.block(h)`; None for anything else."""
     node = around(site, (ast.Assign, ast.AnnAssign))
-    if node is None or node.value is None or node_span(node.value) != site_span(site):
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+        return None
+    if node_span(node.value) != site_span(site):
         return None
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
@@ -166,7 +168,7 @@ def zipped_names(loop: ast.AST | None) -> dict[str, str]:
         return {}
     iterable = loop.iter
     func = iterable.func if isinstance(iterable, ast.Call) else None
-    if not (isinstance(func, ast.Name) and func.id == "zip"):
+    if not (isinstance(iterable, ast.Call) and isinstance(func, ast.Name) and func.id == "zip"):
         return {}
     return {
         argument.attr: target.id

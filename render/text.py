@@ -44,11 +44,11 @@ def value_expr(value: Any) -> ast.expr | None:
         if all(math.isfinite(part) and part != 0 for part in (value.real, value.imag)):
             return ast.Constant(value)  # `(3+4j)`; zeros (signed) and NaN parts only by `complex(...)`
         return _call("complex", value_expr(value.real), value_expr(value.imag))
-    parts: list[ast.expr | None]
     if kind in (tuple, list, set, frozenset):
         items = sorted(value, key=repr) if kind in (set, frozenset) else list(value)
-        parts = [value_expr(item) for item in items]
-        if any(p is None for p in parts):
+        found = [value_expr(item) for item in items]
+        parts = [p for p in found if p is not None]
+        if len(parts) < len(found):
             return None
         if kind is tuple:
             return ast.Tuple(parts, ast.Load())
@@ -58,11 +58,15 @@ def value_expr(value: Any) -> ast.expr | None:
         return _call(kind.__name__, *([shown] if shown else [])) if kind is frozenset or not parts else shown
     if kind is dict:
         keys, values = [value_expr(k) for k in value], [value_expr(v) for v in value.values()]
-        return None if None in keys or None in values else ast.Dict(keys, values)
+        if any(k is None for k in keys):
+            return None
+        given = [v for v in values if v is not None]
+        return None if len(given) < len(values) else ast.Dict(list(keys), given)
     if kind in (slice, range):
         ends = (value.start, value.stop, value.step)
-        parts = [value_expr(end) for end in ends]
-        return None if None in parts else _call(kind.__name__, *parts)
+        bounds = [value_expr(end) for end in ends]
+        parts = [b for b in bounds if b is not None]
+        return None if len(parts) < len(bounds) else _call(kind.__name__, *parts)
     if kind.__module__ == "torch" and kind.__name__ == "dtype":
         name = str(value).removeprefix("torch.")
         name = "bool_" if name == "bool" else name

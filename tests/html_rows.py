@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -13,7 +14,7 @@ class Row:
     classes: set[str]
     cells: list[str] = field(default_factory=list)
     """Each `td`'s text, as a reader sees it: entities decoded, tags dropped, a line per source
-    line (`span.ln`), statement (`div`) or `br`."""
+    line (`span.ln`), statement (`div`) or `br`, badges (`span.cnt`, drawn from `data-t`) included."""
     cell_classes: list[set[str]] = field(default_factory=list)
 
     def cell(self, cls: str) -> str:
@@ -22,16 +23,32 @@ class Row:
         return text.strip()
 
 
+ROOM = 90
+"""The JAX column's width in characters the reader reads statements at (a window about 1400 px wide):
+a statement laid out at several widths (render/html/statements.py) is read in the layout shown there."""
+
+
+def _shown(classes: list[str]) -> bool:
+    low = [int(c[2:]) for c in classes if c.startswith("lo") and c[2:].isdigit()]
+    high = [int(c[2:]) for c in classes if c.startswith("hi") and c[2:].isdigit()]
+    return all(w <= ROOM for w in low) and all(ROOM < w for w in high)
+
+
 class _Rows(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.rows: list[Row] = []
         self.depth = 0  # inside a td: its nesting depth (a cell holds no table)
         self.skip = 0  # inside a script or style
+        self.other = 0  # inside a statement's layout for another width (`div.lo100`, `div.hi80`)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
-        if tag in ("script", "style"):
+        if self.other and tag == "div":
+            self.other += 1
+        elif tag == "div" and not _shown((found.get("class") or "").split()):
+            self.other = 1
+        elif tag in ("script", "style"):
             self.skip += 1
         elif tag == "tr":
             self.rows.append(Row(found.get("id"), set((found.get("class") or "").split())))
@@ -44,20 +61,28 @@ class _Rows(HTMLParser):
             starts_line = tag != "span" or "ln" in (found.get("class") or "").split()
             if starts_line and cells[-1] and not cells[-1].endswith("\n"):
                 cells[-1] += "\n"
+            if tag == "span" and "cnt" in (found.get("class") or "").split():
+                cells[-1] += "  " + (found.get("data-t") or "")  # a badge, drawn from its attribute
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style"):
+        if self.other and tag == "div":
+            self.other -= 1
+        elif tag in ("script", "style"):
             self.skip -= 1
 
     def handle_data(self, data: str) -> None:
-        if not self.skip and self.rows and self.rows[-1].cells:
+        if not self.skip and not self.other and self.rows and self.rows[-1].cells:
             self.rows[-1].cells[-1] += html.unescape(data)
 
 
 def rows(page: str) -> list[Row]:
+    """The page's rows; each cell's lines dedented together (code keeps its indentation as spaces,
+    a cell reads as its code relative to its first line's indent)."""
     parser = _Rows()
     parser.feed(page)
     parser.close()
+    for row in parser.rows:
+        row.cells = [textwrap.dedent(cell) for cell in row.cells]
     return parser.rows
 
 

@@ -13,6 +13,7 @@ from golden import assert_golden
 
 from jaxside.annotate.cli import main
 from jaxside.render.comments import SourceMap, annotate_file, same_code
+from jaxside.render.lower import lower
 from jaxside.tracing import capture
 
 NAMES = ["seed_example", "mlp", "cnn", "llama_model", "rnn", "moe"]
@@ -24,7 +25,7 @@ def annotated(name: str) -> tuple[str, str, object]:
     fn, args, *rest = module.example()
     trace = capture(fn, *args, **(rest[0] if rest else {}))
     path = str(SAMPLES / f"{name}.py")
-    return path, annotate_file(trace, path), trace
+    return path, annotate_file(lower(trace), path), trace
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -25,27 +25,32 @@ SAMPLES = ROOT / "samples"
 
 
 class Renderers:
-    """Stands in for the renderers (tested on their own), recording the traces they are given."""
+    """Stands in for lowering and the renderers (tested on their own), recording the traces they are given."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.traces: list = []
         self.exported: list = []
         self.export_code = 0
+        monkeypatch.setattr("jaxside.render.lower.lower", self.lower)
         monkeypatch.setattr("jaxside.render.comments.annotate_file", self.comments)
         monkeypatch.setattr("jaxside.render.html.side_by_side", self.html)
-        monkeypatch.setitem(sys.modules, "jaxside.annotate.export", types.SimpleNamespace(run=self.export))
+        monkeypatch.setattr("jaxside.annotate.results.run_export", self.export)
 
-    def comments(self, trace, path, *, shapes=False):
+    def lower(self, trace, retrace=None):
+        return types.SimpleNamespace(trace=trace)
+
+    def comments(self, program, path, *, shapes=False):
+        trace = program.trace
         self.traces.append(trace)
         # `# jax: ` marks annotate's own output, which -o replaces without --force.
         return f"# jax: {Path(path).name}: {trace.entry}, {len(trace.jaxpr.jaxpr.eqns)} equations\n"
 
-    def html(self, trace, path, *, shapes=False):
-        self.traces.append(trace)
-        return f"<html>{trace.entry}</html>\n"
+    def html(self, program, path, *, shapes=False):
+        self.traces.append(program.trace)
+        return f"<html>{program.trace.entry}</html>\n"
 
-    def export(self, options, entry, trace, retrace=None):
-        self.exported.append((options, entry, trace))
+    def export(self, options, program, entry, say):
+        self.exported.append((options, entry, program.trace))
         return self.export_code
 
 
@@ -276,9 +281,9 @@ def test_abstract_70b_llama_annotates_without_allocating_a_weight(capsys, monkey
         entries.append(find_entry(*args, **kwargs))
         return entries[-1]
 
-    def recording_annotate_file(trace, *args, **kwargs):
-        traces.append(trace)
-        return annotate_file(trace, *args, **kwargs)
+    def recording_annotate_file(program, *args, **kwargs):
+        traces.append(program.trace)
+        return annotate_file(program, *args, **kwargs)
 
     monkeypatch.setattr(jaxside.annotate.loading, "find_entry", recording_find_entry)
     monkeypatch.setattr(jaxside.render.comments, "annotate_file", recording_annotate_file)

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason
 def test_convnext_atto_comments_keep_timms_code():
     import torch
 
+    from jaxside.render.lower import lower
     from jaxside.tracing import capture
 
     importlib.import_module("benchmarks.zoo_shim")  # a stand-in torchvision, imported before timm
@@ -30,7 +31,7 @@ def test_convnext_atto_comments_keep_timms_code():
     torch.manual_seed(0)
     model = timm.create_model("convnext_atto", pretrained=False).eval()
     trace = capture(model, torch.randn(1, 3, 64, 64))
-    out = annotate_file(trace, convnext.__file__)
+    out = annotate_file(lower(trace), convnext.__file__)
     assert same_code(read_source(convnext.__file__), out)
     # the statement under the flag is one comment line per line of it, the count on its first
     assert "        # if downsample:\n        #     downsample_x = " in out

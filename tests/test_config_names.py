@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jaxside.annotate.export import check, load_module, to_jax
+from jaxside.annotate.check import check, load_module, to_jax
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import Capture
@@ -297,7 +297,7 @@ def test_a_field_of_any_value_and_path_is_valid_code():
     from types import SimpleNamespace
 
     from jaxside.render import module as module_text
-    from jaxside.render.lower.merge.keyword_args import ConfigField, accessor
+    from jaxside.render.lower.config_fields import ConfigField, accessor
 
     fields = [ConfigField("fill", -math.inf, "", "fill"), ConfigField("eps", math.nan, "", "eps"),
               ConfigField("n_head", 3, "blocks.²", "n_head")]

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 from test_shapes import export
 
-from jaxside.annotate.export import check
+from jaxside.annotate.check import check
 from jaxside.render.module import render_program
 
 

@@ -20,7 +20,7 @@ import torch
 from conftest import SAMPLES, assert_defs_shared, load_sample
 from golden import assert_golden
 
-from jaxside.annotate.export import check, compare_gradients, load_module, to_jax
+from jaxside.annotate.check import check, compare_gradients, load_module, to_jax
 from jaxside.render.ir import Loop, Program
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program

@@ -13,6 +13,7 @@ from html_rows import by_id
 from jaxside.annotate.loading import load_file
 from jaxside.render.html import side_by_side
 from jaxside.render.html.highlight import lines
+from jaxside.render.lower import lower
 from jaxside.tracing import Capture
 
 HELPER = '''\
@@ -73,7 +74,7 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     torch.manual_seed(0)
     trace = Capture(watch=[str(folder / "view_helper.py")])(module.Net().eval(), torch.randn(4, 8))
     page = folder / "view.html"
-    page.write_text(side_by_side(trace, str(model_file)), encoding="utf-8")
+    page.write_text(side_by_side(lower(trace), str(model_file)), encoding="utf-8")
     return page, MODEL
 
 
@@ -87,14 +88,14 @@ def test_highlighted_lines_keep_the_text_and_close_every_span():
     rendered = lines(source, cuts={3: [6, 10]})
     assert [re.sub(r"<[^>]+>", "", line).replace("&quot;", '"') for line in rendered] == source.splitlines()
     assert all(line.count("<span") == line.count("</span>") for line in rendered)
-    assert "<i data-c=6>f(x,</i>" in rendered[2]
+    assert "<i data-c=6>f(<wbr>x,<wbr></i>" in rendered[2]  # a long line may wrap after ( and ,
 
 
 def test_page_is_one_offline_file(view):
     text = view[0].read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text) and "<link" not in text
     assert "<style>" in text and "<script>" in text
-    assert "@media (prefers-color-scheme: dark)" in text
+    assert "color-scheme: light dark" in text and "light-dark(" in text  # dark as the system is
     assert "word-break: break-all" not in text
 
 
@@ -116,13 +117,17 @@ def test_both_columns_linked_and_dimmed_in_chromium(view):
         # Both columns hold the code, highlighted: torch text on the left, its JAX on the right.
         sin_row = row(_line("x = torch.sin(x)"))
         assert sin_row.find_element(By.CSS_SELECTOR, "td.t").text.strip() == "x = torch.sin(x)"
-        jax = sin_row.find_element(By.CSS_SELECTOR, "td.j").text.strip()
-        assert re.fullmatch(r"\w+ = jnp\.sin\(\w+\)\s*×2", jax), jax  # ran once in each of the 2 layers
+        jax = sin_row.find_element(By.CSS_SELECTOR, "td.j")
+        assert re.fullmatch(r"\w+ = jnp\.sin\(\w+\)", jax.text.strip()), jax.text
+        badge = jax.find_element(By.CSS_SELECTOR, ".cnt")  # ran once in each of the 2 layers
+        drawn = driver.execute_script("return getComputedStyle(arguments[0], '::after').content", badge)
+        assert drawn == '"×2"', drawn
+
         spans = layer_def.find_elements(By.CSS_SELECTOR, "td.t span")
         colours = {e.value_of_css_property("color") for e in spans}
         assert len(colours) >= 2, "the def line is not highlighted"
         # The repeated layer is shown once, with its count.
-        assert "×2" in layer_def.find_element(By.CSS_SELECTOR, "td.j").text
+        assert layer_def.find_element(By.CSS_SELECTOR, "td.j .cnt").get_attribute("data-t") == "×2"
         # The branch that did not run is dimmed; the one that ran is not.
         skipped = row(_line("x = torch.tanh(x)"))
         assert "dim" in skipped.get_attribute("class")
@@ -144,7 +149,9 @@ def test_both_columns_linked_and_dimmed_in_chromium(view):
         assert targets and all(driver.find_elements(By.ID, t) for t in targets), targets
         # The call into the other file goes to its def, unfolded, and Back returns to the call.
         call_row = row(_line("return gate(self.proj(x))"))
-        link = call_row.find_element(By.CSS_SELECTOR, "a.fn[href='#def-gate']")
+        # (in the statement's layout for this column's width: the others are not displayed)
+        links = call_row.find_elements(By.CSS_SELECTOR, "a.fn[href='#def-gate']")
+        (link,) = [a for a in links if a.is_displayed()]
         link.click()
         target = driver.find_element(By.ID, "def-gate")
         assert in_view(driver, target) and "torch.sigmoid" in target.find_element(
@@ -222,7 +229,8 @@ def test_both_columns_hold_the_code_without_a_browser(view):
     returned = jax[_line("return gate(self.proj(x))")]
     assert '@ params["proj"]["weight"].T' in returned and "×2" in returned, returned
     assert "gate(" in returned, returned  # the call inline, or its result named on the line before
-    assert re.fullmatch(r"return (gate\(\w+\)|\w+) \* config\.scale", returned.splitlines()[-1]), returned
+    last = returned.splitlines()[-1].strip()
+    assert re.fullmatch(r"return (gate\(\w+\)|\w+) \* config\.scale", last), returned
     # What did not run has no JAX: the other branch, __init__, the config.
     for text in ("x = torch.tanh(x)", "self.proj = nn.Linear", "WIDTH = 8"):
         assert jax[_line(text)] == "" and "dim" in model[_line(text)].classes, text

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from jaxside.annotate.export import entry_inputs, load_module
+from jaxside.annotate.check import entry_inputs, load_module
 from jaxside.render import names, text
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program

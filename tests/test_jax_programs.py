@@ -22,7 +22,7 @@ from conftest import SAMPLES, assert_defs_shared, load_sample
 from golden import assert_golden
 from jax import lax
 
-from jaxside.annotate.export import load_module
+from jaxside.annotate.check import load_module
 from jaxside.render.ir import Program
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program

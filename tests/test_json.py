@@ -9,6 +9,7 @@ from conftest import SAMPLES, load_sample
 
 from jaxside.annotate.cli import main
 from jaxside.render.json_map import SCHEMA, line_map
+from jaxside.render.lower import lower
 from jaxside.render.source import python_lines
 from jaxside.tracing import capture
 
@@ -16,7 +17,7 @@ from jaxside.tracing import capture
 def test_map_names_each_value_as_the_trace_does():
     fn, args, *_ = load_sample("mlp").example()
     trace = capture(fn, *args)
-    data = json.loads(json.dumps(line_map(trace)))
+    data = json.loads(json.dumps(line_map(lower(trace))))
     assert data["schema"] == SCHEMA and data["entry"] == trace.entry
     source = (SAMPLES / "mlp.py").read_text(encoding="utf-8").splitlines()
     origins = {(o.function, o.module_path, o.name, o.line) for o in trace.origins.values()}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from jaxside.annotate.export import load_module
+from jaxside.annotate.check import load_module
 from jaxside.render.ir import Function, Statement
 from jaxside.render.lower import lower
 from jaxside.render.lower.rebinding import reuse_names

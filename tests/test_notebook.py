@@ -7,7 +7,9 @@ IPython's own `InteractiveShell`, in a separate interpreter (the shell takes ove
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import subprocess
 import sys
 
@@ -43,20 +45,47 @@ registered = shown(top_capture(Block(), torch.randn(2, 8)))[0].get("text/html")
     '''
 import jaxside.render.html
 from jaxside.render.comments import annotate_file
-from jaxside.render.module import export_module
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
 from jaxside.tracing import capture
 
 trace = capture(Block(), torch.randn(2, 8))
+program = lower(trace)
 formats, _ = get_ipython().display_formatter.format(trace)
 result = {
     "file": trace.root.file,
-    "module": export_module(trace, source="a cell"),
-    "annotated": annotate_file(trace),
-    "page": jaxside.render.html.side_by_side(trace),
+    "module": render_program(program, source="a cell"),
+    "annotated": annotate_file(program),
+    "page": jaxside.render.html.side_by_side(program),
     "repr": formats["text/plain"],
     "html": formats.get("text/html"),
     "plain": plain,
     "registered": registered,
+}
+''',
+    # The Python API on a model and a port typed in cells.
+    '''
+import jax
+import jaxside
+
+torch.manual_seed(0)
+block, x = Block(), torch.randn(2, 8)
+exported = jaxside.export(block, x)
+''',
+    '''
+def port(params, x):
+    hidden = x @ params["proj"]["weight"].T + params["proj"]["bias"]
+    gated = jax.nn.sigmoid(hidden) * x
+    return gated - 1.0
+''',
+    '''
+report = jaxside.review(block, port, x)
+params = exported.load_params(block)
+shown = get_ipython().display_formatter.format
+result["api"] = {
+    "export": shown(exported)[0], "review": shown(report)[0], "checked": exported.check().ok,
+    "jit": jax.jit(exported.forward)(params, x.numpy()).ravel().tolist(), "torch": block(x).ravel().tolist(),
+    "first": report.first_divergence.port, "ok": report.ok,
 }
 ''',
 ]
@@ -103,3 +132,15 @@ def test_a_trace_shows_a_short_repr_and_the_page(result):
 def test_importing_capture_from_jaxside_registers_the_view(result):
     assert result["plain"] is None  # jaxside.tracing alone: the notebook shows the repr
     assert result["registered"].startswith("<iframe srcdoc=") and "sigmoid" in result["registered"]
+
+
+def test_the_api_exports_and_reviews_code_typed_in_cells(result):
+    api = result["api"]
+    assert api["checked"] and api["jit"] == pytest.approx(api["torch"], rel=1e-5, abs=1e-6)
+    assert api["export"]["text/plain"].startswith("<Export of Block: forward(params, x), 1 defs")
+    assert "sigmoid" in api["export"]["text/html"]
+    assert not api["ok"] and api["first"][0].startswith("<ipython-input-") and api["first"][1] == 4
+    assert "outputs DIVERGE" in api["review"]["text/plain"]
+    page = html.unescape(api["review"]["text/html"].partition('srcdoc="')[2])
+    shown = html.unescape(re.sub("<[^>]+>", "", page))
+    assert "return gated - 1.0" in shown  # the port's cell, read from IPython's linecache

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from jaxside.annotate.export import check, entry_inputs, load_module, run_jitted
+from jaxside.annotate.check import check, entry_inputs, load_module, run_jitted
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import capture, example_key, random_outputs

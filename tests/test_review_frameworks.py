@@ -179,6 +179,6 @@ def test_port_without_an_entry_is_one_line(capsys: pytest.CaptureFixture[str], t
     port.write_text("SIZE = 3\n")
     code, out, err = _review(port, capsys, "-q")
     assert code == 2
-    assert err.strip().splitlines() == [f"error: {port}: defines no forward (a function) or build (returning "
-                                        "a module); name the port's function, module or factory with "
-                                        "--port-entry"]
+    assert err.strip().splitlines() == [f"error: {port}: defines no forward (a function), build (returning "
+                                        "a module) or Transformer; name the port's function, module or "
+                                        "factory with --port-entry"]

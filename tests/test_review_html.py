@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,10 @@ def test_broken_rope_review_page_in_chromium(tmp_path: Path, capsys: pytest.Capt
     port.write_text((SAMPLES / "llama_port.py").read_text().replace(good, bad))
     page = tmp_path / "review.html"
     assert main(["review", str(SAMPLES / "llama_model.py"), str(port), "--html", str(page)]) == 1
-    capsys.readouterr()
+    report = capsys.readouterr().out
+    # The text report's numbers: per torch line of llama_model.py its max error, and the first divergence's.
+    reported = dict(re.findall(r"^llama_model\.py:(\d+)\s+\S+\s+(\S+)", report, re.M))
+    (first_error,) = re.findall(r"^  max error (\S+)$", report, re.M)
     torch_line = _line(SAMPLES / "llama_model.py", "rotated = torch.stack(")
     port_line = _line(port, "rotated = jnp.stack(")
     with chrome() as driver:
@@ -68,3 +72,21 @@ def test_broken_rope_review_page_in_chromium(tmp_path: Path, capsys: pytest.Capt
         numbers = [int(n) for n in driver.execute_script(
             "return [...document.querySelectorAll('tr.r td:nth-child(4)')].map(td => td.textContent)") if n]
         assert numbers == list(range(1, len(port.read_text().splitlines()) + 1))
+        # The page's numbers are the report's: each torch line's max error, and the banner's.
+        shown = driver.execute_script("""
+            const found = {};
+            document.querySelectorAll('tr.r').forEach(row => {
+              const lines = row.cells[0].textContent.split('\\n');
+              const errors = row.cells[2].textContent.split('\\n');
+              lines.forEach((line, i) => { if (/^\\d+$/.test(line)) found[line] = errors[i]; });
+            });
+            return found;""")
+        assert len(reported) > 10 and {line: shown.get(line) for line in reported} == reported
+        assert f"max error {first_error}" in banner.text
+        # Nothing is clipped at 900 px, folds open or closed.
+        driver.set_window_size(900, 1000)
+        driver.execute_script("document.querySelectorAll('tbody.fold.closed button').forEach(b => b.click())")
+        clipped = driver.execute_script(
+            "return [...document.querySelectorAll('td, .ln')].filter(e => e.getClientRects().length"
+            " && e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.slice(0, 60))")
+        assert clipped == []

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from conftest import load_sample
 from test_shapes import assert_matches, export
 
-from jaxside.annotate.export import to_jax
+from jaxside.annotate.check import to_jax
 from jaxside.render.module import render_program
 
 VOCAB, BLOCK, EMBED = 40, 12, 24

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import SAMPLES, load_sample
 
-from jaxside.annotate.export import check, load_module, to_jax
+from jaxside.annotate.check import check, load_module, to_jax
 from jaxside.annotate.sizes import other_shape
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program
@@ -282,7 +282,7 @@ def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
 def test_asking_torch_about_another_shape_leaves_a_cache_passed_in_as_it_was():
     """`--check` runs torch eager at a shape before comparing there (a shape torch refuses is not
     compared); a `DynamicCache` passed in is updated in place by a step, so it asks on a copy."""
-    from jaxside.annotate.export import torch_refusal
+    from jaxside.annotate.check import torch_refusal
 
     model = hf_causal_lm("llama")
     with torch.no_grad():

@@ -1,4 +1,6 @@
-"""Layout rules, read from the source: modules under 500 lines, no import circles, no borrowed private names.
+"""Layout rules, read from the source: modules under 500 lines, no import circles, no borrowed private
+names, functions under 80 lines, classes setting at most 15 attributes, at most five
+`# type: ignore` (each saying why), every module in the tables of docs/architecture.md.
 
 Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not. A private name (or a
 private module) may be imported only from a ``_``-prefixed module of the importer's own package.
@@ -8,6 +10,7 @@ Each rule runs per package: annotate/, render/ and tracing/.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,3 +182,174 @@ def test_the_rules_see_what_they_must():
     assert borrowed_private(Import("jaxside.tracing._jaxfn", 1, "jaxside.tracing.errors", "_classify"))
     assert borrowed_private(Import("jaxside.tracing._jaxfn", 1, "jaxside.tracing._torch", "_Slot")) is None
     assert borrowed_private(Import("jaxside.tracing._jaxfn", 1, "jaxside.tracing._internals")) is None
+
+
+MAX_FUNCTION_LINES = 80
+MAX_ATTRIBUTES = 15
+WIDE_RECORDS = {
+    "jaxside.tracing.trace.Call": 16,
+    "jaxside.annotate.options.Options": 21, "jaxside.annotate.options.ReviewOptions": 16,
+}
+"""Records known to hold more fields than a class should (to split, not to grow): the guard holds
+each to its count today (the options records have one field per flag)."""
+
+
+def long_functions(source: str, module: str) -> dict[str, int]:
+    """Each def (a method, a nested def) over MAX_FUNCTION_LINES lines, by qualified name: its lines."""
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}.{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lines = child.end_lineno - child.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        found[name] = lines
+                visit(child, name)
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), module)
+    return found
+
+
+def attributes_set(source: str, module: str) -> dict[str, set[str]]:
+    """The attributes each class sets, by qualified name: its annotated fields (a dataclass's) and
+    what its methods assign to their first parameter (`self.x = ...`, `self.x += ...`)."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        names = found.setdefault(f"{module}.{node.name}", set())
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                if "ClassVar" not in ast.unparse(statement.annotation):
+                    names.add(statement.target.id)
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.args.args:
+                own = statement.args.args[0].arg
+                names.update(
+                    target.attr for target in ast.walk(statement)
+                    if isinstance(target, ast.Attribute) and isinstance(target.ctx, ast.Store)
+                    and isinstance(target.value, ast.Name) and target.value.id == own
+                )
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_function_is_over_80_lines(package):
+    long = {
+        name: lines for module, path in MODULES.items() if in_package(module, package)
+        for name, lines in long_functions(path.read_text(encoding="utf-8"), module).items()
+    }
+    assert long == {}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_class_sets_over_15_attributes(package):
+    wide = {
+        name: len(names) for module, path in MODULES.items() if in_package(module, package)
+        for name, names in attributes_set(path.read_text(encoding="utf-8"), module).items()
+        if len(names) > WIDE_RECORDS.get(name, MAX_ATTRIBUTES)
+    }
+    assert wide == {}
+
+
+def test_the_size_rules_see_what_they_must():
+    """The two checks above count what they must, on made-up code: a method's lines, a nested
+    def's, a dataclass's fields with what `__init__` and other methods set, no ClassVar."""
+    body = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES - 1))
+    source = f"class A:\n    def run(self):\n{body}\n\ndef outer():\n    def inner():\n{body}\n        pass\n"
+    over = MAX_FUNCTION_LINES + 1
+    assert long_functions(source, "m") == {"m.outer": over + 1, "m.outer.inner": over}
+    assert long_functions(source.replace("        pass\n", ""), "m") == {"m.outer": over}
+    source = (
+        "class R:\n    a: int\n    b: ClassVar[int] = 1\n    def __init__(me, c):\n        me.c = c\n"
+        "        other.d = 1\n    def grow(self):\n        self.e += 1\n        self.f.g = 2\n"
+        "        (self.h, self.i) = 1, 2\n"
+    )
+    assert attributes_set(source, "m") == {"m.R": {"a", "c", "e", "h", "i"}}
+
+
+
+MAX_TYPE_IGNORES = 5
+_IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[\w\-, ]+\])?(?P<rest>.*)$")
+
+
+def type_ignores(source: str, module: str) -> list[tuple[str, bool]]:
+    """Each `# type: ignore` in `source` (by `module:line`) and whether it names its codes
+    (`[attr-defined]`) and says why after them, on the same line."""
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        match = _IGNORE.search(line)
+        if match:
+            said = match.group("codes") is not None and re.match(r"\s*#\s*\S", match.group("rest"))
+            found.append((f"{module}:{number}", bool(said)))
+    return found
+
+
+def test_type_ignores_are_few_and_say_why():
+    found = [
+        item for name, path in MODULES.items()
+        for item in type_ignores(path.read_text(encoding="utf-8"), name)
+    ]
+    assert [where for where, said in found if not said] == []
+    assert len(found) <= MAX_TYPE_IGNORES, found
+
+
+def test_the_ignore_rule_sees_what_it_must():
+    source = (
+        "x.a = 1  # type: ignore[attr-defined]  # a mark on the node\n"
+        "y = f()  # type: ignore[arg-type]\n"
+        "z = g()  # type: ignore  # no code\n"
+        "w = 2  # types: fine\n"
+    )
+    assert type_ignores(source, "m") == [("m:1", True), ("m:2", False), ("m:3", False)]
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def documented_modules(text: str) -> set[str]:
+    """The module paths docs/architecture.md's tables list: each row's first cells (`x.py`, `sub/`
+    or `__init__.py` for a package), under the heading that names their folder (`### render/lower/: ...`)."""
+    found: set[str] = set()
+    folder = None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading = re.search(r"\b((?:annotate|render|tracing)/(?:\w+/)*)", line)
+            folder = heading.group(1) if heading else None
+            if folder:
+                found.add(folder)
+        elif folder and line.startswith("| `"):
+            cell = line.split("|")[1]
+            names = re.findall(r"`([\w/.]+)`", cell)
+            found.update((folder + name).removesuffix("__init__.py") for name in names)
+    return found
+
+
+def module_paths() -> set[str]:
+    """Each module's path as the tables write it: `render/lower/loops.py`, a package as `render/rules/`."""
+    paths = set()
+    for path in MODULES.values():
+        relative = path.relative_to(ROOT).as_posix()
+        paths.add(relative.removesuffix("__init__.py"))
+    return paths
+
+
+def test_every_module_is_in_the_architecture_tables():
+    missing = sorted(module_paths() - documented_modules(ARCHITECTURE.read_text(encoding="utf-8")))
+    assert missing == []
+
+
+def test_the_tables_are_read_as_they_must():
+    """On made-up tables: a row under its folder's heading, two modules in one row, a subpackage;
+    rows under a heading that names no folder count for nothing."""
+    text = (
+        "## render/\n\n| module | what |\n| --- | --- |\n| `ir.py` | the program |\n| `rules/` | rules |\n"
+        "### render/lower/: steps\n| `a.py`, `merge/b.py` | two |\n| `__init__.py` | its surface |\n"
+        "## Elsewhere\n| `c.py` | no folder |\n"
+    )
+    assert documented_modules(text) == {
+        "render/", "render/ir.py", "render/rules/", "render/lower/", "render/lower/a.py",
+        "render/lower/merge/b.py",
+    }

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import html
 import importlib
 import io
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -18,10 +20,11 @@ from types import SimpleNamespace
 import pytest
 
 from jaxside.annotate import cli, files
+from jaxside.annotate.check import load_module
 from jaxside.annotate.cli import main
 from jaxside.annotate.errors import Failure
-from jaxside.annotate.export import load_module
 from jaxside.annotate.seal import unsealed
+from jaxside.render.comments import same_code
 from jaxside.tracing import Site
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -122,7 +125,9 @@ def test_combinations_that_cannot_work_are_refused_before_anything_runs(
 
 def test_check_alone_writes_the_comments_and_checks(project, gpt_comments, capsys):
     code, out, err = run(capsys, project / "run_tiny_gpt.py", "--check")
-    assert code == 0 and out == gpt_comments[1]
+    # One lowering a run: the comments are those of the program checked, its sizes generic.
+    plain, generic = gpt_comments[1], "jnp.reshape(k, (B, T, config.n_head, x.shape[2] // config.n_head))"
+    assert code == 0 and same_code(plain, out) and generic in out and generic not in plain
     assert "--check: the export against torch eager" in err and " ok" in err
     assert "not written: --export -o PATH keeps it" in err
     assert len([line for line in err.splitlines() if "int64" in line]) == 1, err  # said once a run
@@ -133,23 +138,30 @@ def test_json_before_file_still_reads_file(project, capsys):
     assert code == 0 and json.loads(out)["lines"]
 
 
-def test_every_output_from_one_capture(project, tmp_path, capsys, monkeypatch):
+def test_every_output_from_one_capture_and_one_lowering(project, tmp_path, capsys, monkeypatch):
+    """One capture (and the traces at other sizes that make sizes generic), lowered once: the page
+    and the map show the statements of the module written."""
     from jaxside.tracing import _capture
 
     calls = []
     original = _capture.Capture.__call__
-    monkeypatch.setattr(_capture.Capture, "__call__", lambda self, *a, **k: calls.append(1) or original(
-        self, *a, **k))
+    monkeypatch.setattr(_capture.Capture, "__call__", lambda self, *a, **k: calls.append(dict(
+        self.resize)) or original(self, *a, **k))
     module, view, map_ = tmp_path / "gpt_jax.py", tmp_path / "view.html", tmp_path / "map.json"
     code, out, err = run(capsys, project / "run_tiny_gpt.py", "--export", "-o", module, "--html", view,
-                         "--json", map_, "--check", "--static-shapes")
+                         "--json", map_, "--check")
     assert code == 0 and out == "", err
-    assert len(calls) == 1
-    exported = load_module(module.read_text())
+    assert calls[0] == {} and all(calls[1:])  # the capture, then only traces at other sizes
+    written = module.read_text(encoding="utf-8")
+    exported = load_module(written)
     assert callable(exported.forward) and "--check: the export against torch eager" in err
     lines = json.loads(map_.read_text())["lines"]
     assert lines and {line["file"] for line in lines} == {str(project / "tiny_gpt.py")}
-    assert "CausalSelfAttention" in view.read_text()  # the view is of the model's file
+    page = view.read_text(encoding="utf-8")
+    assert "CausalSelfAttention" in page  # the view is of the model's file
+    generic = "y = jnp.reshape(jnp.transpose(y, (0, 2, 1, 3)), (B, T, x.shape[2]))"
+    assert generic in written and generic in html.unescape(re.sub("<[^>]+>", "", page))
+    assert generic in [statement["code"] for line in lines for statement in line["jax"]]
 
 
 FUNCTION_ENTRY = '''

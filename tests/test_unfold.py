@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jaxside.annotate.export import load_module
+from jaxside.annotate.check import load_module
 from jaxside.render.ir import Fold, Function, Statement, fold
 from jaxside.render.layout import MODULE_WIDTH
 from jaxside.render.lower import lower

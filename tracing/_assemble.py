@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import keyword
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -61,7 +61,7 @@ def assemble(
             returned=list(record.returned),
             bindings=_resolved(record.bindings, views),
             numbers=list(record.numbers),
-            attributes=_attributes(receiver) if is_module else {},
+            attributes=_attributes(receiver) if isinstance(receiver, torch.nn.Module) else {},
             children=[to_call(child) for child in record.children],
             call_site=sources.site(*record.caller) if record.caller else None,
             raised=record.raised,
@@ -106,7 +106,7 @@ def assemble(
 
 
 def _resolved(
-    bindings: list[tuple[str, int, Any]], views: dict[int, tuple[object, Any]]
+    bindings: list[tuple[str, int, Any]], views: Mapping[int, tuple[object, Any]]
 ) -> list[tuple[str, int, Any]]:
     """Bindings with each torchax view replaced by the var it materialized to (dropped if unused)."""
     out = []
@@ -239,11 +239,12 @@ def _origins(
     for index, eqn in enumerate(jaxpr.eqns):
         call = eqn_calls[index]
         for var in eqn.outvars:
-            name, scope = None, call
-            while var in bound and scope is not None and name is None:
-                name = names.get((id(scope), var))
+            local: str | None = None
+            scope: Call | None = call
+            while var in bound and scope is not None and local is None:
+                local = names.get((id(scope), var))
                 scope = parents[id(scope)]
-            origins[var] = Origin("op", call.function, call.module_path, name, sites[index])
+            origins[var] = Origin("op", call.function, call.module_path, local, sites[index])
     return origins
 
 
@@ -255,7 +256,7 @@ def _inner_origins(
     (a scan's `layer(x, params)`); in a body JAX rewrote (differentiated, partially evaluated),
     the local bound on the same line to a value of the same type."""
     bound: dict[Any, tuple[str, str]] = {}
-    by_line: dict[tuple[str, int, tuple, Any], str] = {}
+    by_line: dict[tuple[str, int, tuple[Any, ...], Any], str] = {}
     for record in records:
         for call in record.walk():
             for name, var in call.args:
@@ -291,10 +292,10 @@ def _inner_origins(
                             named_scopes.add(id(sub))
     for scope, values in scopes.items():
         for var, site, function, backward in values:
-            name = bound[var][0] if var in bound else None
-            if name is None and scope not in named_scopes and not backward and site is not None:
+            local = bound[var][0] if var in bound else None
+            if local is None and scope not in named_scopes and not backward and site is not None:
                 aval = var.aval
-                name = by_line.get((site.file, site.line, aval.shape, aval.dtype)) or by_line.get(
+                local = by_line.get((site.file, site.line, aval.shape, aval.dtype)) or by_line.get(
                     (site.file, site.end_line, aval.shape, aval.dtype)
                 )
-            origins.setdefault(var, Origin("op", function, None, name, site))
+            origins.setdefault(var, Origin("op", function, None, local, site))

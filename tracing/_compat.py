@@ -47,7 +47,7 @@ class RemovedOverload:
 def is_removed_named_overload_error(error: BaseException) -> bool:
     """Whether `error` is torch refusing a named-tensor overload that no longer exists."""
     match = re.search(r"has no overload name '([^']*)'", str(error))
-    return isinstance(error, AttributeError) and bool(match) and bool(
+    return isinstance(error, AttributeError) and match is not None and bool(
         _NAMED_OVERLOAD.search(match.group(1))
     )
 
@@ -67,11 +67,12 @@ def named_overloads_as_placeholders() -> Iterator[None]:
                 return RemovedOverload(packet, name)
             raise
 
-    OpOverloadPacket.__getattr__ = getattr_or_placeholder
+    attribute = "__getattr__"  # torch's class patched for the block: what this shim is for
+    setattr(OpOverloadPacket, attribute, getattr_or_placeholder)
     try:
         yield
     finally:
-        OpOverloadPacket.__getattr__ = original
+        setattr(OpOverloadPacket, attribute, original)
 
 
 def import_torchax() -> ModuleType:

@@ -20,9 +20,9 @@ from jaxside.tracing import _internals
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve()) + os.sep
     for p in (
-        os.path.dirname(torch.__file__),
-        os.path.dirname(jax.__file__),
-        os.path.dirname(_internals.torchax.__file__),
+        os.path.dirname(str(torch.__file__)),
+        os.path.dirname(str(jax.__file__)),
+        os.path.dirname(str(_internals.torchax.__file__)),
         *(os.path.join(os.path.dirname(os.path.dirname(__file__)), package)  # jaxside itself
           for package in ("annotate", "tracing", "render")),
     )

@@ -33,9 +33,12 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from inspect import CO_ASYNC_GENERATOR, CO_COROUTINE, CO_GENERATOR, CO_VARARGS, CO_VARKEYWORDS
 from types import CodeType, FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import bytecode
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction  # what `sys.settrace` takes
 
 # sys.monitoring exists from 3.12 on, and is the cheap path where it exists: events are
 # enabled per code object and disabled for library code, instead of a Python call per
@@ -230,7 +233,8 @@ def is_number(value: object) -> bool:
     if kind is int or kind is float:
         return True
     if kind is tuple or kind is list:
-        return 0 < len(value) <= 8 and all(type(v) is int for v in value)  # type: ignore[arg-type]
+        items = cast("tuple[object, ...] | list[object]", value)  # exactly a tuple or a list
+        return 0 < len(items) <= 8 and all(type(v) is int for v in items)
     return False
 
 
@@ -244,18 +248,19 @@ def _stores_by_line(code: CodeType) -> dict[int, tuple[str, ...]]:
     loads: dict[int, list[str]] = {}
     subscript_lines = set()
     for instr in bytecode.Bytecode.from_code(code):
-        if not isinstance(instr, bytecode.Instr):
-            continue
+        if not isinstance(instr, bytecode.Instr) or instr.lineno is None:
+            continue  # (an instruction of no line: no line ran it)
+        arg: Any = instr.arg  # a name, a cell or free variable, a pair of names
         if instr.name in _STORE_OPS:
-            targets = [instr.arg if isinstance(instr.arg, str) else instr.arg.name]
+            targets = [arg if isinstance(arg, str) else arg.name]
         elif instr.name in _FUSED_STORE_OPS:  # 3.13 superinstructions, arg is a name pair
-            targets = list(instr.arg[: _FUSED_STORE_OPS[instr.name]])
+            targets = list(arg[: _FUSED_STORE_OPS[instr.name]])
         elif instr.name == "STORE_SUBSCR":
             subscript_lines.add(instr.lineno)
             continue
         elif instr.name.startswith("LOAD_FAST"):
             loads.setdefault(instr.lineno, []).extend(
-                instr.arg if isinstance(instr.arg, tuple) else [instr.arg]
+                arg if isinstance(arg, tuple) else [arg]
             )
             continue
         else:
@@ -273,7 +278,7 @@ class _Settrace:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self._previous: object = None
+        self._previous: TraceFunction | None = None
         self._raising: FrameType | None = None
         self._global = self._make_global()
         # C callables, so a paused library call adds no Python frame of its own.
@@ -285,9 +290,9 @@ class _Settrace:
         sys.settrace(self._global)
 
     def stop(self) -> None:
-        sys.settrace(self._previous)  # type: ignore[arg-type]
+        sys.settrace(self._previous)
 
-    def _make_global(self) -> Callable[[FrameType, str, object], object]:
+    def _make_global(self) -> TraceFunction:
         # Called for every new frame, library ones included: a closure over locals and one
         # dict lookup by id before declining, since this is the whole per-frame cost.
         decided = self.recorder._user
@@ -295,7 +300,7 @@ class _Settrace:
         on_call = self.recorder.on_call
         local = self._local
 
-        def trace_call(frame: FrameType, event: str, arg: object) -> object:
+        def trace_call(frame: FrameType, event: str, arg: object) -> TraceFunction | None:
             code = frame.f_code
             try:
                 stores = decided[id(code)]
@@ -308,7 +313,7 @@ class _Settrace:
 
         return trace_call
 
-    def _local(self, frame: FrameType, event: str, arg: object) -> object:
+    def _local(self, frame: FrameType, event: str, arg: object) -> TraceFunction:
         if event == "line":
             if self._raising is frame:
                 self._raising = None  # the exception was handled inside this frame
@@ -374,15 +379,17 @@ class _Monitoring:
         mon.set_events(self.tool, events.PY_START | events.PY_UNWIND)
 
     def stop(self) -> None:
-        mon = sys.monitoring
-        mon.set_events(self.tool, 0)
-        _DISABLED_FILES.setdefault(self.tool, set()).update(self.recorder.library_files)
+        mon, tool = sys.monitoring, self.tool
+        if tool is None:
+            return  # never started
+        mon.set_events(tool, 0)
+        _DISABLED_FILES.setdefault(tool, set()).update(self.recorder.library_files)
         for code in self._local_codes.values():
-            mon.set_local_events(self.tool, code, 0)
+            mon.set_local_events(tool, code, 0)
         for event in (mon.events.PY_START, mon.events.LINE, mon.events.PY_RETURN,
                       mon.events.PY_UNWIND):
-            mon.register_callback(self.tool, event, None)
-        mon.free_tool_id(self.tool)
+            mon.register_callback(tool, event, None)
+        mon.free_tool_id(tool)
 
     def _start(self, code: CodeType, offset: int) -> object:
         try:
@@ -392,6 +399,7 @@ class _Monitoring:
         if stores is None:
             return sys.monitoring.DISABLE
         if id(code) not in self._local_codes:
+            assert self.tool is not None  # events come only once `start` took a tool id
             events = sys.monitoring.events
             sys.monitoring.set_local_events(self.tool, code, events.LINE | events.PY_RETURN)
             self._local_codes[id(code)] = code

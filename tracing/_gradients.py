@@ -68,7 +68,7 @@ def gradients(
     return result, factors
 
 
-def _derivative_factors(entries: list, readers: dict[Any, list], factors: dict[Any, Any]) -> None:
+def _derivative_factors(entries: list[Any], readers: dict[Any, list[Any]], factors: dict[Any, Any]) -> None:
     """Forward values of an expression that only its backward reads (`jax.grad` computes `2.0 * x`
     beside `x ** 2`) -> the value the expression itself computes (the one the forward reads on)."""
     by_site: dict[Site, list[Any]] = {}
@@ -100,7 +100,9 @@ def _reads(eqn: Any, site: Site | None, made_by: dict[Any, tuple[Any, Site | Non
     return reads
 
 
-def _forward_values(eqn: Any, made_by: dict[Any, tuple[Any, Site | None, bool]], limit: int = 64) -> list:
+def _forward_values(
+    eqn: Any, made_by: dict[Any, tuple[Any, Site | None, bool]], limit: int = 64
+) -> list[Any]:
     """The forward values a backward equation depends on, nearest first (through earlier backward steps)."""
     found: list[Any] = []
     seen: set[Any] = set()
@@ -119,7 +121,7 @@ def _forward_values(eqn: Any, made_by: dict[Any, tuple[Any, Site | None, bool]],
 
 
 def _name_cotangents(
-    eqn: Any, site: Site | None, at_site: list[Any], readers: dict[Any, list], reads: set[Any],
+    eqn: Any, site: Site | None, at_site: list[Any], readers: dict[Any, list[Any]], reads: set[Any],
     result: dict[Any, Any],
 ) -> None:
     outside, inside = _operands(at_site)
@@ -142,7 +144,8 @@ def _name_cotangents(
 
 
 def _forward_instance(
-    eqns: list[tuple[int, Any]], near: list[Any], made_by: dict[Any, tuple], instance: dict[int, int]
+    eqns: list[tuple[int, Any]], near: list[Any], made_by: dict[Any, tuple[Any, ...]],
+    instance: dict[int, int],
 ) -> list[Any]:
     """The forward equations of an expression in the call a backward equation differentiates: the
     expression ran once per call (a block per layer), and the backward depends on that call's
@@ -162,9 +165,9 @@ def _forward_instance(
             if v in values:
                 return calls[call]
     for v in near:
-        call = instance.get(id(made_by[v][0])) if v in made_by else None
-        if call in calls:
-            return calls[call]
+        found = instance.get(id(made_by[v][0])) if v in made_by else None
+        if found in calls:
+            return calls[found]
     return [eqn for _, eqn in eqns]
 
 
@@ -182,7 +185,7 @@ def _operands(eqns: list[Any]) -> tuple[list[Any], list[Any]]:
 
 
 def _same_type(a: Any, b: Any) -> bool:
-    return a.aval.shape == b.aval.shape and a.aval.dtype == b.aval.dtype
+    return bool(a.aval.shape == b.aval.shape and a.aval.dtype == b.aval.dtype)
 
 
 def custom_jvp_rules(jaxpr: Any) -> dict[int, Any]:

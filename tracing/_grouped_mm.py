@@ -44,6 +44,7 @@ def grouped_mm(
         from torchax.tensor import OperatorNotFound
 
         raise OperatorNotFound(f"Operator with name aten::_grouped_mm has no lowering ({layout})")
+    assert offs is not None  # `_unsupported_layout` refuses no offsets
     group_sizes = jnp.diff(offs.astype(jnp.int32), prepend=0)
     return jax.lax.ragged_dot(mat_a, mat_b, group_sizes)
 

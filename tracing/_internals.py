@@ -124,9 +124,9 @@ def sub_jaxprs(eqn: jax_core.JaxprEqn) -> list[jax_core.Jaxpr]:
     return list(jax_core.jaxprs_in_params(eqn.params))
 
 
-def jax_value(tensor: object) -> object:
+def jax_value(tensor: TorchaxTensor) -> object:
     """The JAX value inside a torchax tensor."""
-    return tensor._elem  # type: ignore[attr-defined]
+    return tensor._elem
 
 
 def wrap(value: object, env: object) -> TorchaxTensor:
@@ -158,7 +158,8 @@ def is_mixed_device(error: BaseException) -> bool:
 def own_random_key(env: Any, key: Any) -> contextlib.AbstractContextManager[Any]:
     """While active, random ops split `key` (a traced input), and the environment's own key is
     left as it was, so no tracer outlives the trace."""
-    return env.override_property(prng=key)
+    manager: contextlib.AbstractContextManager[Any] = env.override_property(prng=key)
+    return manager
 
 
 def raw_frames(eqn: jax_core.JaxprEqn) -> tuple[Sequence[Any], Sequence[int]]:
@@ -173,7 +174,8 @@ def to_jax_dtype(dtype: Any) -> Any:
 
 def to_jax_array(tensor: Any) -> jax.Array:
     """A CPU torch tensor's value as a JAX array (bfloat16 included)."""
-    return _mappings.t2j(tensor.detach(), use_dlpack=False)
+    array: jax.Array = _mappings.t2j(tensor.detach(), use_dlpack=False)
+    return array
 
 
 @contextlib.contextmanager

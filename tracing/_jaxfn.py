@@ -37,7 +37,7 @@ _TRANSFORMS = (
 )
 
 
-def is_jax_entry(fn: Any, args: tuple, kwargs: dict) -> bool:
+def is_jax_entry(fn: Any, args: tuple[Any, ...], kwargs: dict[Any, Any]) -> bool:
     """Whether to capture `fn` as JAX code: no torch module (or its method), no torch tensor in the inputs."""
     if isinstance(fn, torch.nn.Module):
         return False
@@ -64,7 +64,8 @@ class JaxSession:
     """One capture of a JAX function: the inputs flattened, then run once on traced values."""
 
     def __init__(
-        self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, watch: Iterable[Any], abstract: bool
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, watch: Iterable[Any],
+        abstract: bool,
     ) -> None:
         self.abstract = abstract
         self.target = _unjit(fn)
@@ -111,7 +112,7 @@ class JaxSession:
             values.append(value)
         return values
 
-    def _rebuild_arguments(self, flat: tuple) -> tuple[tuple, dict]:
+    def _rebuild_arguments(self, flat: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[Any, Any]]:
         traced = iter(flat)
         arguments = {}
         for name, (leaves, treedef) in self.arg_trees.items():
@@ -224,7 +225,7 @@ def _module_paths(records: list[CallRecord]) -> dict[int, str]:
     def visit(record: CallRecord, inside: bool) -> None:
         receiver = record.receiver
         is_module = isinstance(receiver, torch.nn.Module)
-        if is_module and not inside and id(receiver) not in paths:
+        if isinstance(receiver, torch.nn.Module) and not inside and id(receiver) not in paths:
             for path, module in receiver.named_modules(remove_duplicate=False):
                 paths.setdefault(id(module), path)
         for child in record.children:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -45,7 +45,8 @@ def _plain(value: Any, leaf: Callable[[Any], Any] | None, depth: int) -> Any:
         return value
     deeper = depth + 1
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a NamedTuple
-        return {name: _plain(item, leaf, deeper) for name, item in zip(value._fields, value)}
+        fields: tuple[str, ...] = cast(Any, value)._fields
+        return {name: _plain(item, leaf, deeper) for name, item in zip(fields, value)}
     if isinstance(value, tuple):
         return tuple(_plain(item, leaf, deeper) for item in value)
     if isinstance(value, list):

@@ -62,7 +62,9 @@ class LibraryCalls(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.pause, self.resume = pause, resume
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         if not _LIBRARY_TENSORS.issuperset(types) or _passes_callable(args, kwargs):
             return func(*args, **kwargs)
@@ -73,7 +75,7 @@ class LibraryCalls(torch.overrides.TorchFunctionMode):
             self.resume()
 
 
-def _passes_callable(args: tuple, kwargs: dict) -> bool:
+def _passes_callable(args: tuple[Any, ...], kwargs: dict[Any, Any]) -> bool:
     for value in (*args, *kwargs.values()):
         if isinstance(value, (tuple, list)):
             if any(callable(item) for item in value):

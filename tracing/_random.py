@@ -46,7 +46,7 @@ def example_key(seed: int = 0) -> jax.Array:
 
 def is_key(aval: Any) -> bool:
     dtype = getattr(aval, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return dtype is not None and jax.numpy.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def drop_unused_key(closed: Any, entry: Entry) -> tuple[Any, Entry]:

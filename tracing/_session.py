@@ -9,7 +9,7 @@ that fits `Session`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -57,7 +57,7 @@ class Returned:
     """Indices of the inputs the code updated in place."""
     module_paths: dict[int, str] = field(default_factory=dict)
     """`id(module)` -> its path, for the torch modules the code ran."""
-    views: dict[int, tuple[object, Hashable]] = field(default_factory=dict)
+    views: Mapping[int, tuple[object, Hashable]] = field(default_factory=dict)
     """`id(view)` -> the view and the var it materialized to, for torchax's lazy views."""
 
 
@@ -73,7 +73,7 @@ class Session(Protocol):
         """Run the entry on the traced inputs, user code inside `recorder`; what it returned."""
 
 
-def bind(target: Callable[..., Any], args: tuple, kwargs: dict) -> inspect.BoundArguments:
+def bind(target: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[Any, Any]) -> inspect.BoundArguments:
     """The inputs bound to the entry's signature; an `InputsError` at its ``def`` if they do not fit."""
     try:
         signature = inspect.signature(target)

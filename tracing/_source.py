@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import linecache
 from types import CodeType
+from typing import Any
 
 from asttokens import LineNumbers
 
@@ -20,7 +21,7 @@ class SourceIndex:
     """Caches positions per code object, sites per instruction and trees per file for one capture."""
 
     def __init__(self) -> None:
-        self._positions: dict[CodeType, list[tuple]] = {}
+        self._positions: dict[CodeType, list[tuple[Any, ...]]] = {}
         self._sites: dict[tuple[CodeType, int], Site | None] = {}
         self._trees: dict[str, ast.Module | None] = {}
 

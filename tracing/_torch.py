@@ -43,7 +43,8 @@ class TorchSession:
     """One capture of torch code: the inputs gathered, then run once on traced values."""
 
     def __init__(
-        self, fn: Callable[..., Any], args: tuple, kwargs: dict, *, watch: Iterable[Any], abstract: bool,
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, watch: Iterable[Any],
+        abstract: bool,
         resize: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         self.fn = fn
@@ -98,7 +99,7 @@ class TorchSession:
 
     def inputs(self) -> list[Any]:
         """The state and argument tensors, then the key random ops draw from (`tracing._random`)."""
-        values = []
+        values: list[Any] = []
         for slot in self.slots:
             tensor = slot.tensor
             if self.abstract or tensor.device.type == "meta" or slot.name in self.resize:
@@ -111,8 +112,8 @@ class TorchSession:
 
     def run(self, flat: tuple[Any, ...], recorder: Recorder, reporter: Reporter) -> Returned:
         env = _internals.torchax.default_env()
-        *flat, key = flat
-        tensors = [_internals.wrap(value, env) for value in flat]
+        *values, key = flat
+        tensors = [_internals.wrap(value, env) for value in values]
         args, kwargs = self._rebuild_arguments(tensors)
         with contextlib.ExitStack() as stack:
             stack.enter_context(self._swapped_state(tensors))
@@ -138,14 +139,14 @@ class TorchSession:
                 )
             else:
                 static[i] = leaf
-        mutated = [i for i, (t, v) in enumerate(zip(tensors, flat)) if _internals.jax_value(t) is not v]
+        mutated = [i for i, (t, v) in enumerate(zip(tensors, values)) if _internals.jax_value(t) is not v]
         return Returned(
             values=[v for _, v in outputs] + [_internals.jax_value(tensors[i]) for i in mutated],
             paths=[p for p, _ in outputs], spec=spec, static=static, mutated=mutated,
             module_paths=self.module_paths, views=views,
         )
 
-    def _rebuild_arguments(self, tensors: list[Any]) -> tuple[tuple, dict]:
+    def _rebuild_arguments(self, tensors: list[Any]) -> tuple[tuple[Any, ...], dict[Any, Any]]:
         arg_tensors = iter(t for slot, t in zip(self.slots, tensors) if slot.kind == "arg")
         arguments = {}
         for name, (leaves, spec) in self.arg_leaves.items():
@@ -162,6 +163,9 @@ class TorchSession:
     @contextlib.contextmanager
     def _swapped_state(self, tensors: list[Any]) -> Iterator[None]:
         """Put the traced tensors where the module keeps its params, buffers and tensor attributes."""
+        if self.module is None:  # a function: no state of its own
+            yield
+            return
         saved = []
         try:
             for slot, tensor in zip(self.slots, tensors):

@@ -64,7 +64,12 @@ class MixedDeviceError(CaptureError):
 
 
 class OutputError(CaptureError):
-    """The entry returned traced tensors inside an object torch's pytree cannot flatten."""
+    """The entry returned traced tensors inside an object torch's pytree cannot flatten (or a value
+    the export cannot rebuild); `fix` says what to return instead, when that is known."""
+
+    def __init__(self, message: str, *, fix: str | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.fix = fix
 
 
 def make_jaxpr_classified(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jaxside.annotate.errors import Failure
-from jaxside.render.names import is_index
 
 # Words ports and torch models use for the same thing; each group is one token after normalising.
 _SYNONYMS = [
@@ -108,102 +107,13 @@ def assign(port_paths: list[str], state: dict[str, Any]) -> Mapping:
     return mapping
 
 
-class _Probe:
-    """Stands in for a port argument whose structure is unknown: indexing with a string or an
-    int makes a child; any array use resolves the probe to the torch tensor its path names."""
-
-    def __init__(self, path: str, resolve: Callable[[str], Any], length: int) -> None:
-        self._path, self._resolve, self._length = path, resolve, length
-        self._children: dict[Any, _Probe] = {}
-        self._array: Any = None
-
-    def _leaf(self) -> Any:
-        if self._array is None:
-            self._array = self._resolve(self._path)
-        return self._array
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, (str, int)) and not isinstance(key, bool) and self._array is None:
-            if key not in self._children:
-                self._children[key] = _Probe(f"{self._path}[{key!r}]", self._resolve, self._length)
-            return self._children[key]
-        return self._leaf()[key]
-
-    def __iter__(self) -> Any:
-        return iter([self[i] for i in range(self._length)])
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._leaf(), name)
-
-    def __jax_array__(self) -> Any:
-        return self._leaf()
-
-    def leaves(self) -> list[str]:
-        if self._array is not None:
-            return [self._path]
-        return [path for child in self._children.values() for path in child.leaves()]
-
-    def build(self, value_of: Callable[[str], Any]) -> Any:
-        """The real pytree: dicts for string keys, lists for int keys, arrays at leaves."""
-        if self._array is not None or not self._children:
-            return value_of(self._path)
-        keys = list(self._children)
-        if all(isinstance(k, int) for k in keys):
-            return [self._children[i].build(value_of) for i in sorted(keys)]
-        return {k: self._children[k].build(value_of) for k in keys}
-
-
-def _binary(name: str) -> Callable[..., Any]:
-    def method(self: _Probe, *args: Any) -> Any:
-        return getattr(self._leaf(), name)(*args)
-
-    return method
-
-
-for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "matmul", "rmatmul",
-              "pow", "neg", "lt", "le", "gt", "ge", "and", "or", "invert"):
-    setattr(_Probe, f"__{_name}__", _binary(f"__{_name}__"))
-
-
-def layer_count(names: list[str]) -> int:
-    """The longest run of numbered children in the state_dict (`layers.0` ... `layers.N`)."""
-    counts: dict[str, set[str]] = {}
-    for name in names:
-        parts = name.split(".")
-        for i, part in enumerate(parts):
-            if is_index(part):
-                counts.setdefault(".".join(parts[:i]), set()).add(part)
-    return max((len(v) for v in counts.values()), default=1)
-
-
-def discover(fn: Any, names: list[str], state: dict[str, Any], weight_args: list[str],
-             data_args: tuple) -> tuple[list[_Probe], Mapping]:
-    """Run the port once on probes to learn which leaves of its weight arguments it reads,
-    then map those leaves to torch tensors one-to-one."""
-    import jax
-
-    guesses: dict[str, str] = {}
-
-    def resolve(path: str) -> Any:
-        name = best_match(path, names, set(guesses.values())) or best_match(path, names, set())
-        if name is None:
-            raise LookupError(path)
-        guesses[path] = name
-        return state[name]
-
-    probes = [_Probe(arg, resolve, layer_count(names)) for arg in weight_args]
-    jax.eval_shape(lambda *data: fn(*probes, *data), *data_args)
-    leaves = [path for probe in probes for path in probe.leaves()]
-    return probes, assign(leaves, state)
-
-
-def read_params_map(path: str) -> dict[str, str]:
-    """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name}."""
+def read_params_map(path: str | abc.Mapping[str, str]) -> dict[str, str]:
+    """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name} (given as a
+    dict from Python: the dict)."""
+    if not isinstance(path, str):
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in path.items()):
+            raise Failure("params_map is no dict of strings", "give {port leaf path: state_dict name}")
+        return dict(path)
     namespace: dict[str, Any] = {"__file__": path}
     exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
     given = namespace.get("PARAMS_MAP")

@@ -3,11 +3,11 @@ function of the torch tensors that lays them out as the port holds them and runs
 
 from __future__ import annotations
 
-import argparse
-from collections import Counter
+from collections import Counter, abc
 from typing import Any
 
 from jaxside.annotate.errors import Failure
+from jaxside.annotate.options import ReviewOptions
 from jaxside.annotate.review.fit import Leaf, Recipe, fit, given_recipe
 from jaxside.annotate.review.frameworks import ModulePort
 from jaxside.annotate.review.mapping import Mapping, read_params_map
@@ -27,7 +27,7 @@ class _Run:
         return self.port.call(values, data)
 
 
-def trace_module(options: argparse.Namespace, port: ModulePort, state: dict[str, Any],
+def trace_module(options: ReviewOptions, port: ModulePort, state: dict[str, Any],
                  data: tuple, files: list[str], loaded: Any = None) -> tuple[Any, list, Mapping]:
     """The port traced on torch's weights as fitted to its leaves; `files` are the port's files.
     With `loaded` (`--port-weights`: where the loader made each array), the port runs on the
@@ -86,10 +86,12 @@ def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
     return f" into {article} {port.framework} {port.name}" + (f" ({', '.join(words)})" if words else "")
 
 
-def _given(path: str, leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]) -> dict[str, Recipe]:
+def _given(given: str | abc.Mapping[str, str], leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]
+           ) -> dict[str, Recipe]:
     by_path = {leaf.path: leaf for leaf in leaves}
     recipes = {}
-    for port, text in read_params_map(path).items():
+    path = given if isinstance(given, str) else None  # a dict from Python has no file
+    for port, text in read_params_map(given).items():
         if port not in by_path:
             raise Failure(f"PARAMS_MAP names {port}, which is not a leaf of the port",
                           f"use a dotted path such as {next(iter(by_path), 'layers.0.kernel')}", file=path)

@@ -8,13 +8,14 @@ Long runs of port lines paired with nothing (imports, docstrings) are folded.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import html
+import linecache
 from pathlib import Path
 from typing import Any
 
-from jaxside.annotate.review.report import labels, rows, side_files, site_of
+from jaxside.annotate.options import ReviewOptions
+from jaxside.annotate.review.report import error_text, labels, rows, side_files, site_of
 from jaxside.render.html import folds, highlight
 from jaxside.render.html.page import document
 from jaxside.render.source import python_lines
@@ -54,13 +55,15 @@ def _aligned(table: dict[Line, tuple[set[Line], Any, bool, bool]], port_lines: l
 
 
 def _read(file: str) -> str:
+    if file.startswith("<"):  # a notebook cell: IPython keeps its text in linecache
+        return "".join(linecache.getlines(file))
     try:
         return Path(file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return ""
 
 
-def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any) -> str:
+def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> str:
     torch_path, port_path = Path(options.file).resolve(), Path(options.port).resolve()
     sited = {site.file for site in port.trace.eqn_sites if site is not None}
     port_files = [f for f in side_files(port, options.port) if f in sited] or [str(port_path)]
@@ -91,14 +94,14 @@ def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any
         for t in torch_here:
             lines, err, ok, seen = table[t]
             statuses.append(("ok" if ok else "bad") if seen else "none")
-            errors.append(f"{err:.2g}" if seen and err is not None else "no port value")
+            errors.append(error_text(err) if seen and err is not None else "unmatched")  # as the report
         status = "bad" if "bad" in statuses else "ok" if "ok" in statuses else "none" if statuses else ""
         if torch_first is not None and (torch_first.file, torch_first.line) in torch_here and (
                 p is None or port_first is None or (port_first.file, port_first.line) == p):
             status += " first"
         torch_html = "".join(highlight.block(sources[f][n - 1]) if n <= len(sources[f]) else ""
                              for f, n in torch_here)
-        torch_html += "".join(f"<span class=ln><a class=call href='#{home[t]}'>= torch line "
+        torch_html += "".join(f"<span class='ln lab'><a class=call href='#{home[t]}'>= torch line "
                               f"{html.escape(number(*t))}</a></span>" for t in earlier)
         port_html = highlight.block(sources[p[0]][p[1] - 1]) if p is not None else ""
         numbers = html.escape("\n".join(number(*t) for t in torch_here))
@@ -111,12 +114,15 @@ def html_page(options: argparse.Namespace, torch: Any, port: Any, alignment: Any
     if first is not None and torch_first is not None:
         key = (torch_first.file, torch_first.line)
         target = home.get(key, ident(None, [key]))
+        line_error = table.get(key, (None, None))[1]
+        worst = (f" (the line's worst: {error_text(line_error)})" if line_error is not None
+                 and error_text(line_error) != error_text(first.error) else "")
         port_where = (f"{port_label.get(port_first.file, Path(port_first.file).name)}:{port_first.line}"
                       if port_first is not None else "?")
         banner = (f"<div class=banner id=first>First divergence: torch <a href='#{target}'>"
                   f"{html.escape(torch_label.get(torch_first.file, torch_path.name))}:{torch_first.line}</a> "
                   f"<code>{html.escape(' '.join((torch_first.text or '').split()))}</code> against port "
-                  f"{html.escape(port_where)}, max error {first.error:.3g}</div>")
+                  f"{html.escape(port_where)}, max error {error_text(first.error)}{worst}</div>")
     else:
         banner = "<div class='banner good' id=first>No divergence: every paired value agrees.</div>"
     shown = ", ".join(port_label.get(f, Path(f).name) for f in port_files)
@@ -151,9 +157,7 @@ def _folded(body_rows: list[tuple[int | None, str]], source: str) -> str:
             continue  # torch rows sit in between: not one run of port lines
         parts.append("<tbody>" + "".join(row for _, row in body_rows[position:first]) + "</tbody>")
         label = f"port lines {start}–{end}, nothing paired: {folds.describe(start, end, outline)}"
-        parts.append(f"<tbody class='fold closed'><tr class=bar><td colspan=5><button type=button>"
-                     f"{html.escape(label)}</button></td></tr>"
-                     + "".join(row for _, row in body_rows[first : last + 1]) + "</tbody>")
+        parts.append(folds.fold([row for _, row in body_rows[first : last + 1]], label, 5))
         position = last + 1
     parts.append("<tbody>" + "".join(row for _, row in body_rows[position:]) + "</tbody>")
     return "".join(parts)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from jaxside.annotate.options import ReviewOptions
 
 
 def site_of(side: Any, var: Any) -> Any:
@@ -82,6 +83,11 @@ def grouped(lines: set[Line] | list[Line], label: dict[str, str], sep: str = ","
     return " ".join(f"{label.get(f, Path(f).name)}:{sep.join(map(str, ns))}" for f, ns in by_file.items())
 
 
+def error_text(error: float) -> str:
+    """An error as the report and the page both write it: three significant digits (`2.11`, `4.77e-07`)."""
+    return f"{error:.3g}"
+
+
 def _worst(*errors: float | None) -> float:
     """The largest error; NaN (one side NaN, the other not) above every number."""
     found = [e for e in errors if e is not None] or [0.0]
@@ -93,7 +99,7 @@ def _numbers(value: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.6g}" for x in flat) + (", ...]" if value.size > 4 else "]")
 
 
-def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, mapping: Any,
+def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping: Any,
          leaves: list[Any]) -> str:
     from jaxside.annotate.review.outputs import lines as output_lines
     from jaxside.annotate.review.outputs import matched
@@ -109,7 +115,7 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
     port_label = labels(side_files(port, options.port))
     for (file, line), (lines, err, ok, seen) in rows(torch, port, alignment).items():
         where = grouped(lines, port_label) if lines else "-"
-        shown = f"{err:.3g}" if err is not None else "unmatched"
+        shown = error_text(err) if err is not None else "unmatched"
         mark = "" if not seen else ("  ok" if ok else "  DIFFERS")
         name = f"{torch_label.get(file, Path(file).name)}:{line}"
         out.append(f"{name:<24}{where:<32}{shown:>10}{mark}".replace(f"{name}{where}", f"{name} {where}"))
@@ -122,7 +128,7 @@ def text(options: argparse.Namespace, torch: Any, port: Any, alignment: Any, map
                 f"{_numbers(t)}",
                 f"  port  {_where(site_of(port, first.port_var), port_label)}  {p.dtype}{list(p.shape)}  "
                 f"{_numbers(p)}",
-                f"  max error {first.error:.3g}", ""]
+                f"  max error {error_text(first.error)}", ""]
     lost = {(site.file, site.line) for site in (site_of(port, v) for v in alignment.unmatched_port)
             if site is not None}
     if lost:

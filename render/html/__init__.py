@@ -6,6 +6,7 @@ from typing import Any
 
 from jaxside.render.html.page import framed
 from jaxside.render.html.view import side_by_side
+from jaxside.render.lower import lower
 from jaxside.tracing.trace import register_html_view
 
 __all__ = ["notebook_view", "side_by_side"]
@@ -13,7 +14,7 @@ __all__ = ["notebook_view", "side_by_side"]
 
 def notebook_view(trace: Any) -> str:
     """What a notebook shows for a `Trace`: the side-by-side page of its entry's file or cell."""
-    return framed(side_by_side(trace))
+    return framed(side_by_side(lower(trace)))
 
 
 register_html_view(notebook_view)

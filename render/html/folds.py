@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import ast
+import html
+import re
 from collections.abc import Callable
 
 FOLD_MIN = 4
 """A run of lines that did not run in the trace is folded when at least this long."""
+
+_CELL = re.compile(r"(<td\b[^>]*>)((?:(?!</td>).)+)(</td>)", re.S)
+
+
+def fold(rows: list[str], label: str, columns: int, closed: bool = True) -> str:
+    """Table rows under a bar saying `label` that opens and closes them (view.js). Each cell's content
+    sits in a `div.fc`, `hidden=until-found` while the fold is closed: out of sight, yet the
+    browser's find reaches it, and opens the fold (`beforematch`)."""
+    hidden = " hidden=until-found" if closed else ""
+    body = _CELL.sub(rf"\1<div class=fc{hidden}>\2</div>\3", "".join(rows))
+    state, expanded = (" closed", "false") if closed else ("", "true")
+    return (f"<tbody class='fold{state}'><tr class=bar><td colspan={columns}><button type=button "
+            f"aria-expanded={expanded}>{html.escape(label)}</button></td></tr>{body}</tbody>")
 
 
 def outline(tree: ast.Module) -> list[tuple[int, int, str]]:

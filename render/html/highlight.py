@@ -7,17 +7,24 @@ into lines; each line's HTML stands alone (every span closed), so lines can sit 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from pygments.lexers import PythonLexer
 from pygments.token import Comment, Keyword, Name, Number, Operator, String
 
+_JOINED = re.compile(r"(<span class=o>[^<]*)</span><span class=o>")
+
 # Few colours read better than Pygments' dozens: each token kind maps to one short class.
-_KINDS: list[tuple[object, str]] = [
+_KINDS: list[tuple[Any, str]] = [
     (Comment, "c"), (String, "s"), (Number, "m"), (Keyword, "k"), (Operator.Word, "k"),
     (Name.Decorator, "d"), (Name.Function, "f"), (Name.Class, "f"), (Name.Builtin.Pseudo, "p"),
     (Name.Builtin, "b"), (Operator, "o"),
 ]
+
+_OPENERS = {"(", "[", "{", ","}
+"""After these a line may wrap (`<wbr>`): long calls and subscripts have no spaces to wrap at."""
 
 Link = Callable[[str], str | None]
 """For a name, the HTML to write instead of the plain token (a link), or None."""
@@ -78,27 +85,37 @@ def lines(source: str, cuts: dict[int, Iterable[int]] | None = None, link: Link 
                     out[-1].append(f"<span class={kind}>{html.escape(chunk)}</span>")
                 else:
                     out[-1].append(html.escape(chunk))
+                if chunk in _OPENERS and token not in String:
+                    out[-1].append("<wbr>")
                 column += len(chunk)
                 if column in line_cuts:
                     out[-1].append(f"</i><i data-c={column}>")
         if value.strip():
             previous = value
     close_line()
-    result = ["".join(parts) for parts in out]
+    result = [_join_operators("".join(parts)) for parts in out]
     if source.endswith("\n"):
         result.pop()  # the empty line after the last newline
     return result
 
 
+def _join_operators(line: str) -> str:
+    """`->`, `**`, `//`: one span each (Pygments lexes `->` as two), kept whole by `.o` in view.css."""
+    while True:
+        joined = _JOINED.sub(r"\1", line)
+        if joined == line:
+            return line
+        line = joined
+
+
 def block(line_html: str) -> str:
-    """One line as a block whose wrapped parts hang under its indent (`.ln` in view.css)."""
+    """One line as a block whose wrapped parts hang under its indent (`.ln` in view.css). The
+    indent stays as spaces in the text, so copied code keeps it."""
     head = "<i data-c=0>" if line_html.startswith("<i data-c=0>") else ""
     rest = line_html[len(head):]
-    body = rest.lstrip(" ")
-    indent = len(rest) - len(body)
-    body = head + body
+    indent = len(rest) - len(rest.lstrip(" "))
     style = f" style=--i:{indent}ch" if indent else ""
-    return f"<span class=ln{style}>{body}</span>"
+    return f"<span class=ln{style}>{line_html}</span>"
 
 
 def code(text: str, link: Link | None = None, tail: str = "") -> str:

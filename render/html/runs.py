@@ -25,7 +25,8 @@ def _same(file: str, target: Path) -> bool:
 
 
 def _first_line(node: ast.stmt) -> int:
-    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    decorators: list[ast.expr] = getattr(node, "decorator_list", [])
+    return min([node.lineno, *(d.lineno for d in decorators)])
 
 
 def _end(nodes: list[ast.stmt]) -> int:

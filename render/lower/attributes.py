@@ -33,6 +33,7 @@ from typing import Any
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Define, Function, Keyword, Loop, Program, Statement, fold_of, named
+from jaxside.render.lower.config_fields import ConfigField, Fields, thread_config
 from jaxside.render.lower.evidence import (
     Named,
     Owner,
@@ -43,8 +44,8 @@ from jaxside.render.lower.evidence import (
     same,
     self_path,
 )
-from jaxside.render.lower.merge.keyword_args import ConfigField, Fields, thread_config
 from jaxside.render.lower.places import put
+from jaxside.tracing.trace import Site
 
 _NOT_CONFIG_KEYWORDS = frozenset({"axis", "axes", "dimension", "keepdims", "dtype"})
 """Keywords whose numbers are positions, never a config number."""
@@ -77,7 +78,9 @@ def name_config(program: Program, class_names: Callable[[str], str]) -> list[Con
 def _name_literals(owner: Owner, fields: Fields) -> None:
     function = owner.function
     torch_params = set(torch_source.parameters(function.calls[0].file, function.calls[0].line))
-    holders = [(s, s.value, s.site) for s in _statements(function.body)]
+    holders: list[tuple[Statement | None, ast.expr, Site | None]] = [
+        (s, s.value, s.site) for s in _statements(function.body)
+    ]
     if function.returns is not None:
         holders.append((None, function.returns, None))
     for statement, value, site in holders:
@@ -123,10 +126,10 @@ def _statements(body: list[Statement]) -> list[Statement]:
     return out
 
 
-def _constants(value: ast.expr, site: Any) -> list[tuple[ast.AST, str, int | None, ast.Constant, Any]]:
+def _constants(value: ast.expr, site: Any) -> list[tuple[ast.AST, str, int | None, ast.expr, Any]]:
     """Each number under `value` (not a position: `axis=2`), its place and the torch site it came
     from (the innermost folded value's, else the statement's)."""
-    found = []
+    found: list[tuple[ast.AST, str, int | None, ast.expr, Any]] = []
 
     def walk(node: ast.AST, at: Any) -> None:
         mark = fold_of(node)
@@ -169,7 +172,7 @@ def _indexes(node: ast.AST) -> set[int]:
 
 
 def _children(node: ast.AST) -> list[tuple[ast.AST, str, int | None, ast.AST]]:
-    out = []
+    out: list[tuple[ast.AST, str, int | None, ast.AST]] = []
     for attr, value in ast.iter_fields(node):
         if isinstance(value, list):
             out += [(node, attr, i, v) for i, v in enumerate(value) if isinstance(v, ast.AST)]
@@ -209,7 +212,7 @@ def _choose(reader: Reader, expression: ast.expr, parent: ast.AST, node: ast.AST
         for total in totals:
             matches.setdefault(ast.dump(total.expr), total)
         if not totals:
-            todo += list(ast.iter_child_nodes(sub))
+            todo += [n for n in ast.iter_child_nodes(sub) if isinstance(n, ast.expr)]
     prefix = _handed(expression) if not matches and isinstance(parent, (ast.Call, ast.BinOp)) else None
     if prefix is not None:
         for path, number in reader.owner.attributes.items():
@@ -235,13 +238,14 @@ def _attention_scale(owner: Owner, expression: ast.expr, value: ast.expr, node: 
     bases = owner.function.scope.bases
     ids = {n.id for n in ast.walk(value) if isinstance(n, ast.Name) and bases.get(n.id, n.id) == torch_name}
     line = getattr(expression, "lineno", 0)
-    sizes = set()
+    sizes: set[int | None] = set()
     for call in owner.function.calls:
         bound = [var for name, at, var in call.bindings if name == torch_name and at <= line]
         sizes.add(bound[-1].aval.shape[-1] if bound and bound[-1].aval.shape else None)
     if len(ids) != 1 or len(sizes) != 1 or None in sizes:
         return None
     (size,) = sizes
+    assert size is not None  # (refused above)
     traced = literal(node)
     if type(traced) is not float or not (same(1 / math.sqrt(size), traced) and same(size**-0.5, traced)):
         return None

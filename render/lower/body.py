@@ -13,7 +13,7 @@ import ast
 import copy
 import dataclasses
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
@@ -50,7 +50,7 @@ class Body:
         # A nested def's own names may shadow the enclosing def's, except the ones it reads from
         # there and the names of the defs around it.
         self.closed_over = set(closed_over)
-        self.scope = Scope(reserved=set(ctx.reserved) | self.closed_over, outer=ctx.module)
+        self.scope = Scope(reserved=set(ctx.roles.reserved) | self.closed_over, outer=ctx.module.scope)
         self.env: dict[Any, ast.expr] = {}
         self.pending: list[int] = []
         self.body: list[Statement] = []
@@ -61,7 +61,7 @@ class Body:
     # -- Emitter -----------------------------------------------------------------------------------
 
     def constant(self, value: Any, hint: str) -> ast.expr:
-        return self.ctx.constant(value, hint)
+        return self.ctx.module.constant(value, hint)
 
     def used(self, var: Any) -> bool:
         return bool(self.uses[var]) if isinstance(var, Var) else False
@@ -84,7 +84,7 @@ class Body:
             local[v] = arg
         if closed is not None:
             for v, c in zip(inner.constvars, closed.consts):
-                local[v] = self.ctx.constant(c, hint)
+                local[v] = self.ctx.module.constant(c, hint)
         for eqn in inner.eqns:
             value = self.render(
                 eqn,
@@ -114,7 +114,7 @@ class Body:
         eqn = _without_trivial_sharding(eqn)
         name = eqn.primitive.name
         if name not in RULES:
-            self.ctx.fallbacks[name] += 1
+            self.ctx.module.fallbacks[name] += 1
         try:
             return followed_dtype(eqn, render_eqn(eqn, args, self), self.env, self.site_of(eqn))
         except (NotImplementedError, LoweringError) as error:
@@ -122,7 +122,7 @@ class Body:
             if body is None or name not in CALL_LIKE:
                 raise LoweringError(f"cannot render `{name}` equation {eqn}: {error}") from error
             # A call-like primitive the rules could not write: its body, inline, computes the same.
-            self.ctx.fallbacks[f"{name} (inlined)"] += 1
+            self.ctx.module.fallbacks[f"{name} (inlined)"] += 1
             outs = self.inline(body, args, name)
             return outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load())
 
@@ -135,23 +135,23 @@ class Body:
 
     def function(self, jaxpr: Any, hint: str) -> ast.expr:
         key = str(jaxpr)
-        name = self.ctx.helper_names.get(key)
+        name = self.ctx.module.helper_names.get(key)
         if name is None:
             if self._user_code(jaxpr):
                 # A function of the user's (`@jax.jit def attention`): its name, its arguments' names.
                 base = def_name(self.ctx, jaxpr, naming.identifier(hint.lstrip("_")))
-                name = self.ctx.module.fresh(base, "local")
-                self.ctx.helper_names[key] = name
+                name = self.ctx.module.scope.fresh(base, "local")
+                self.ctx.module.helper_names[key] = name
                 inner = jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
                 signature = Signature(
                     list(range(len(inner.invars))), pack(range(len(inner.outvars))),
                     names=_helper_params(len(inner.invars)),
                 )
-                self.ctx.helpers.append(Body(self.ctx).write_def(name, jaxpr, signature))
+                self.ctx.module.helpers.append(Body(self.ctx).write_def(name, jaxpr, signature))
                 return named(name)
-            name = self.ctx.module.fresh("_" + naming.identifier(hint.lstrip("_"), "body"), "local")
-            self.ctx.helper_names[key] = name
-            self.ctx.helpers.append(Body(self.ctx).write_flat_def(name, jaxpr))
+            name = self.ctx.module.scope.fresh("_" + naming.identifier(hint.lstrip("_"), "body"), "local")
+            self.ctx.module.helper_names[key] = name
+            self.ctx.module.helpers.append(Body(self.ctx).write_flat_def(name, jaxpr))
         return named(name)
 
     def _user_code(self, jaxpr: Any) -> bool:
@@ -182,21 +182,21 @@ class Body:
     def custom_jvp(self, eqn: Any) -> ast.expr | None:
         """A module-level `@jax.custom_jvp` def for the function a `custom_jvp_call` calls, and its
         `@f.defjvp` rule from the trace; None when the trace has no rule for it."""
+        module = self.ctx.module
         body = eqn.params["call_jaxpr"]
         key = (function_source(body), str(body))
-        if key in self.ctx.custom_names:
-            return named(self.ctx.custom_names[key])
+        if key in module.custom_names:
+            return named(module.custom_names[key])
         rule = self.ctx.trace.custom_jvp_rules.get(id(eqn.params.get("jvp_jaxpr_fun")))
         if rule is None:
             return None
         n_in, n_out = len(body.jaxpr.invars), len(body.jaxpr.outvars)
-        name = self.ctx.module.fresh(def_name(self.ctx, body, "custom_jvp"), "local")
-        self.ctx.custom_names[key] = name  # its rule calls it again
-        function = Body(self.ctx).write_def(
-            name, body, Signature(list(range(n_in)), pack(range(n_out)), names=_arg_names(body, n_in))
-        )
+        name = module.scope.fresh(def_name(self.ctx, body, "custom_jvp"), "local")
+        module.custom_names[key] = name  # its rule calls it again
+        signature = Signature(list(range(n_in)), pack(range(n_out)), names=_arg_names(body, n_in))
+        function = Body(self.ctx).write_def(name, body, signature)
         function.decorators = [dotted("jax.custom_jvp")]
-        self.ctx.helpers.append(function)
+        module.helpers.append(function)
         leaves = {i: p for i, p in enumerate(function.params)}
         leaves.update({n_in + i: f"{p}_dot" for i, p in enumerate(function.params)})
         signature = Signature(
@@ -205,9 +205,9 @@ class Body:
             names=["primals", "tangents"],
             leaf_names=leaves,
         )
-        jvp = Body(self.ctx, {name}).write_def(self.ctx.module.fresh(f"{name}_jvp", "local"), rule, signature)
+        jvp = Body(self.ctx, {name}).write_def(module.scope.fresh(f"{name}_jvp", "local"), rule, signature)
         jvp.decorators = [ast.Attribute(named(name), "defjvp", ast.Load())]
-        self.ctx.helpers.append(jvp)
+        module.helpers.append(jvp)
         return named(name)
 
     def write_def(self, name: str, jaxpr: Any, signature: Signature) -> Function:
@@ -216,7 +216,7 @@ class Body:
         inner = closed.jaxpr if closed is not None else jaxpr
         if closed is not None:
             for v, c in zip(inner.constvars, closed.consts):
-                self.env[v] = self.ctx.constant(c, name)
+                self.env[v] = self.ctx.module.constant(c, name)
         for index, expr in signature.closure.items():
             self.env[inner.invars[index]] = expr
         eqns = [e for i, e in enumerate(inner.eqns) if i not in signature.skip]
@@ -260,13 +260,13 @@ class Body:
         """Note the shape of each value the def names (what `merge.input_sizes` reads sizes from)."""
         for v, expr in self.env.items():
             if isinstance(expr, ast.Name) and isinstance(v, Var):
-                function.value_shapes.setdefault(expr.id, tuple(v.aval.shape))
+                function.value_shapes.setdefault(expr.id, tuple(cast(Any, v.aval).shape))
 
     # -- naming ----------------------------------------------------------------------------------
 
     def _gradient_base(self, v: Any, site: Site | None) -> str:
         """`grad_h` for the gradient of `h`: the name the forward value has here, or had where it was made."""
-        return naming.gradient_name(self._primal_name(self.ctx.gradients.get(v), site))
+        return naming.gradient_name(self._primal_name(self.ctx.trace.gradients.get(v), site))
 
     def _primal_name(self, primal: Any, site: Site | None) -> str | None:
         base = None
@@ -322,7 +322,7 @@ class Body:
             self._emit(Statement(names, named(whole), [], None, target=target))
         return params
 
-    def _unpack(self, inner: Any, shape: Shape, fallback: dict[int, str], debug: tuple) -> ast.expr:
+    def _unpack(self, inner: Any, shape: Shape, fallback: dict[int, str], debug: tuple[Any, ...]) -> ast.expr:
         """The target unpacking a tuple parameter into its leaves' names (`x, previous = state`)."""
         if isinstance(shape, int):
             v = inner.invars[shape]
@@ -339,7 +339,7 @@ class Body:
         origin = self.ctx.trace.origin(v)
         if origin is not None and origin.name and origin.name.isidentifier():
             return origin.name, "local"
-        if v in self.ctx.gradients:
+        if v in self.ctx.trace.gradients:
             return self._gradient_base(v, None), "gradient"
         if debug and debug.isidentifier():
             return debug, "argument"
@@ -351,8 +351,8 @@ class Body:
         operands = [self.expr(v) for v in eqn.invars]
         value = self.render(eqn, copy.deepcopy(operands))
         outs = eqn.outvars
-        flat = not isinstance(value, Structured)
-        if flat and len(outs) == 1 and self._inlinable_inner(outs[0], site, value):
+        if not isinstance(value, Structured) and len(outs) == 1 and self._inlinable_inner(outs[0], site,
+                                                                                           value):
             self.env[outs[0]] = value
             return
         names: dict[int, str] = {}
@@ -367,7 +367,7 @@ class Body:
         origin = self.ctx.trace.origin(v)
         if origin is not None and origin.name:
             return False
-        if self.ctx.gradients.get(v) is not None:
+        if self.ctx.trace.gradients.get(v) is not None:
             return False
         consumer = self.consumer.get(v)
         if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
@@ -380,7 +380,7 @@ class Body:
         origin = self.ctx.trace.origin(v)
         if origin is not None and origin.name and origin.name.isidentifier():
             return self.scope.fresh(origin.name, "local")
-        if v in self.ctx.gradients:
+        if v in self.ctx.trace.gradients:
             return self.scope.fresh(self._gradient_base(v, site), "gradient")
         if v in self.ctx.trace.derivatives:
             return self.scope.fresh(self._derivative_base(v, site), "gradient")
@@ -439,7 +439,7 @@ def def_name(ctx: Context, jaxpr: Any, hint: str) -> str:
             name = naming.identifier(candidate)
     name = name or hint
     outs = [v for v in inner.outvars if isinstance(v, Var)]
-    if outs and sum(v in ctx.gradients for v in outs) * 2 > len(outs) and not name.startswith("grad_"):
+    if outs and sum(v in ctx.trace.gradients for v in outs) * 2 > len(outs) and not name.startswith("grad_"):
         name = f"grad_{name}"
     return name
 
@@ -449,7 +449,7 @@ def _dense(leaves: dict[int, ast.expr]) -> list[ast.expr]:
     return [leaves.get(i, ast.Constant(None)) for i in range(size)]
 
 
-def _debug(names: tuple, index: int) -> str | None:
+def _debug(names: tuple[Any, ...], index: int) -> str | None:
     return names[index] if index < len(names) and names[index] else None
 
 

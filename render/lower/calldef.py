@@ -62,14 +62,14 @@ class CallDef(Body):
         role = self.tree.classify(self.node, v)
         if role[0] == "param":
             self.uses_params = True
-            leaf = self.ctx.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
+            leaf = self.ctx.roles.param_tree.subscript(named("params"), role[1], self.node.anchor or "")
             self.param_shapes.setdefault(ast.unparse(leaf), tuple(v.aval.shape))
             return leaf
         if role[0] == "state":
             self.uses_state = True
-            return self.ctx.state_tree.subscript(named("state"), role[1], self.node.anchor or "")
+            return self.ctx.roles.state_tree.subscript(named("state"), role[1], self.node.anchor or "")
         if role[0] == "const":
-            return self.ctx.constant(self.ctx.consts[v], "const")
+            return self.ctx.module.constant(self.ctx.flow.consts[v], "const")
         raise LoweringError(f"no value for {v} in `{self.node.call.function}`")
 
     # -- a user def --------------------------------------------------------------------------------
@@ -91,8 +91,8 @@ class CallDef(Body):
         function.params = (
             (["params"] if self.uses_params else []) + (["state"] if self.uses_state else []) + params
         )
-        function.uses_params, function.uses_state = self.uses_params, self.uses_state
-        function.state_out = (
+        function.calling.uses_params, function.calling.uses_state = self.uses_params, self.uses_state
+        function.calling.state_out = (
             [relative(p, node.anchor) for p in node.state_out] if node.anchor is not None else []
         )
         function.anchor = node.anchor
@@ -122,7 +122,7 @@ class CallDef(Body):
                 for v in self._call_operands(item, function):
                     use(v, item.call.call_site)
             else:
-                for v in self.ctx.eqns[item].invars:
+                for v in self.ctx.flow.eqns[item].invars:
                     use(v, self.ctx.trace.eqn_sites[item])
         for _, v in self.tree.returned(node):
             use(v, "return")
@@ -130,7 +130,7 @@ class CallDef(Body):
             use(v, "return")
         for path in node.state_out:
             if not any(path in c.state_out for c in node.children):
-                use(self.ctx.state_final[path], "return")
+                use(self.ctx.roles.state_final[path], "return")
 
     def _call_operands(self, child: Node, function: Function) -> list[Any]:
         return operand_values(child, function)
@@ -139,18 +139,18 @@ class CallDef(Body):
         if node.parent is None:
             return []
         returned = {v for _, v in self.tree.returned(node)}
-        finals = {self.ctx.state_final[p] for p in node.state_out}
+        finals = {self.ctx.roles.state_final[p] for p in node.state_out}
         return [v for v in node.outputs if v not in returned and v not in finals]
 
     def _parameters(self, node: Node, function: Function) -> list[str]:
-        low, names = self.ctx, []
+        ctx, names = self.ctx, []
         if node.parent is None:
             seen: dict[str, str] = {}
-            for item in low.trace.inputs:
+            for item in ctx.trace.inputs:
                 if item.kind != "arg":
                     continue
-                base = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
-                root = base.group(0) if base else "arg"
+                head = re.match(r"[A-Za-z_][A-Za-z0-9_]*", item.name)
+                root = head.group(0) if head else "arg"
                 if root not in seen:
                     seen[root] = self.scope.fresh(root, "argument")
                     names.append(seen[root])
@@ -162,11 +162,11 @@ class CallDef(Body):
         unbound = [n for n in signature if n not in bound]
         operands: list[tuple[str, str, int]] = []  # (name, kind, slot)
         for index, (name, var) in enumerate(node.call.args):
-            v = low.resolve(var)
+            v = ctx.flow.resolve(var)
             if v in node.inputs and v not in self.env:
                 operands.append((name, "arg", index))
                 self.env[v] = named(name)  # placeholder until the name is final
-        hoisted_vars = [v for v in node.inputs if made_by_hoisted(low, node, v)]
+        hoisted_vars = [v for v in node.inputs if made_by_hoisted(ctx, node, v)]
         for index, v in enumerate(node.inputs):
             if v in self.env or self.tree.classify(node, v) != ("extra",):
                 continue
@@ -175,7 +175,7 @@ class CallDef(Body):
             elif is_key(v):
                 base = "key"
             else:
-                origin = low.trace.origin(v)
+                origin = ctx.trace.origin(v)
                 base = (
                     naming.leaf_name(origin.name, node.call.module_path)
                     if origin and origin.name
@@ -186,35 +186,35 @@ class CallDef(Body):
         # In the torch def's parameter order where the names tell it (`x_t, h`), captured values last.
         order = {name: i for i, name in enumerate(signature)}
         operands.sort(key=lambda op: order.get(tree_root(op[0]) or op[0], len(order)))
-        trees = low.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
+        trees = ctx.trace.frontend == "jax"  # a JAX function's pytree arguments stay pytrees
         grouped: dict[str | int, list[tuple[str, str, int]]] = {}
         for base, kind, index in operands:
-            root = tree_root(base) if trees and kind == "arg" else None
-            grouped.setdefault(root if root in order else len(grouped), []).append((base, kind, index))
+            top = tree_root(base) if trees and kind == "arg" else None
+            grouped.setdefault(top if top in order else len(grouped), []).append((base, kind, index))
         for key, members in grouped.items():
             if not isinstance(key, str):
                 ((base, kind, index),) = members
                 name = self.scope.fresh(base, "argument" if base else "fallback")
                 names.append(name)
-                function.packing.append(None)
-                function.operands.append((kind, index))
-                v = low.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
+                function.calling.packing.append(None)
+                function.calling.operands.append((kind, index))
+                v = ctx.flow.resolve(node.call.args[index][1]) if kind == "arg" else node.inputs[index]
                 self.env[v] = named(name)
                 continue
             name = self.scope.fresh(key, "argument")
             names.append(name)
             pack = []
             for base, kind, index in members:
-                pack.append((base[len(key) :], len(function.operands)))
-                function.operands.append((kind, index))
-                self.env[low.resolve(node.call.args[index][1])] = path_expr(name, base[len(key) :])
-            function.packing.append(pack)
+                pack.append((base[len(key) :], len(function.calling.operands)))
+                function.calling.operands.append((kind, index))
+                self.env[ctx.flow.resolve(node.call.args[index][1])] = path_expr(name, base[len(key) :])
+            function.calling.packing.append(pack)
         return names
 
     def _inlinable(self, v: Any, site: Site | None, value: ast.expr, call_site: bool = False) -> bool:
         if self.uses[v] != 1 or self.tree.local_name(self.node, v):
             return False
-        if self.ctx.gradients.get(v) is not None:
+        if self.ctx.trace.gradients.get(v) is not None:
             return False  # the gradient of a named value: a line of its own, to read and to edit
         consumer = self.consumer.get(v)
         if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
@@ -240,17 +240,18 @@ class CallDef(Body):
         local = self.tree.local_name(self.node, v)
         if local:
             return self.scope.fresh(local, "local")
-        if v in self.ctx.gradients:
+        if v in self.ctx.trace.gradients:
             return self.scope.fresh(self._gradient_base(v, site), "gradient")
         if v in self.ctx.trace.derivatives:
             return self.scope.fresh(self._derivative_base(v, site), "gradient")
-        key = key_name(v, [self.ctx.eqns[u] for u in self.ctx.uses.get(v, [])], site.text if site else None)
+        readers = [self.ctx.flow.eqns[u] for u in self.ctx.flow.uses.get(v, [])]
+        key = key_name(v, readers, site.text if site else None)
         if key:  # `key, drop_key = jax.random.split(key)`
             return self.scope.fresh(key, "local")
         if returned_as:  # `cos, sin = rotary_emb(...)`: an item of a tuple the callee returns by name
             return self.scope.fresh(returned_as, "local")
         if made_in_call:
-            cached = _cache_name(self.ctx.trace.outputs, self.ctx.resolve, v)
+            cached = _cache_name(self.ctx.trace.outputs, self.ctx.flow.resolve, v)
             if cached:  # a cache the entry returns: `keys`, `values` as its path says, not `k_embed`
                 return self.scope.fresh(cached, "expression")
             # A value a callee made and the caller needs (a forward residual): the callee's name for it.
@@ -258,12 +259,12 @@ class CallDef(Body):
             base = origin.name or naming.expression_name(origin.expression) if origin else None
             if base:
                 return self.scope.fresh(base, "local" if origin and origin.name else "expression")
-        uses = self.ctx.uses.get(v, [])
+        uses = self.ctx.flow.uses.get(v, [])
         if (
             site is not None
             and isinstance(operand, ast.Name)
             and uses
-            and any(self.ctx.trace.eqn_sites[u] == site for u in uses if u not in self.ctx.backward_eqns)
+            and any(self.ctx.trace.eqn_sites[u] == site for u in uses if u not in self.ctx.flow.backward_eqns)
         ):
             # A step inside one torch expression: a new version of its operand, not the expression.
             return self.scope.fresh(
@@ -275,15 +276,14 @@ class CallDef(Body):
         return self.scope.fresh(fallback, "fallback")
 
     def _emit_eqn(self, index: int) -> None:
-        eqn = self.ctx.eqns[index]
+        eqn = self.ctx.flow.eqns[index]
         site = self.ctx.trace.eqn_sites[index]
         self.pending = [index]
         self.site = site
         operands = [self.expr(v) for v in eqn.invars]
         value = self.render(eqn, copy.deepcopy(operands))
         outs = eqn.outvars
-        structured = isinstance(value, Structured)
-        if len(outs) == 1 and not structured and self._inlinable(outs[0], site, value):
+        if len(outs) == 1 and not isinstance(value, Structured) and self._inlinable(outs[0], site, value):
             self.folded[outs[0]] = self._take_pending()
             self.env[outs[0]] = fold(value, Fold(None, list(self.folded[outs[0]]), site))
             return
@@ -296,7 +296,7 @@ class CallDef(Body):
                 targets.append(self._hoisted_name(source, v, site, eqn.primitive.name))
             else:
                 targets.append(self._target(v, site, eqn.primitive.name, operands[0] if operands else None))
-        if structured:
+        if isinstance(value, Structured):
             names = {i: t for i, t in enumerate(targets) if t != "_"}
             self.emit_structured(list(outs), value, names, site, self._take_pending())
             return
@@ -309,15 +309,15 @@ class CallDef(Body):
         function = child.group.function if child.group else None
         if function is not None and v in child.inputs:
             operand = ("extra", child.inputs.index(v))
-            if operand in function.operands:
-                position = function.operands.index(operand)
+            if operand in function.calling.operands:
+                position = function.calling.operands.index(operand)
                 for name, at in plain_params(function):
                     if at == position:
                         return self.scope.fresh(name, "argument")
         return self._target(v, site, fallback)
 
     def _emit_call(self, child: Node) -> None:
-        low, node = self.ctx, self.node
+        ctx, node = self.ctx, self.node
         function = child.group.function if child.group else None
         assert function is not None
         self.pending = []
@@ -328,21 +328,21 @@ class CallDef(Body):
             if child.anchor is not None and node.anchor is not None
             else ""
         )
-        if function.uses_params:
+        if function.calling.uses_params:
             self.uses_params = True
-            args.append(low.param_tree.subscript(named("params"), below, node.anchor or ""))
-        if function.uses_state:
+            args.append(ctx.roles.param_tree.subscript(named("params"), below, node.anchor or ""))
+        if function.calling.uses_state:
             self.uses_state = True
-            args.append(low.state_tree.subscript(named("state"), below, node.anchor or ""))
+            args.append(ctx.roles.state_tree.subscript(named("state"), below, node.anchor or ""))
         args += call_args(function, [self.expr(v) for v in self._call_operands(child, function)])
         keywords = [k for k in (keyword.at(child.call) for keyword in function.keywords) if k is not None]
         value: ast.expr = ast.Call(named(function.name), args, keywords)
         returned = self.tree.returned(child)
-        extras = [child.outputs[i] for i in function.out_slots]
+        extras = [child.outputs[i] for i in function.calling.out_slots]
         if (
             len(returned) == 1
             and returned[0][0] == ""
-            and not function.state_out
+            and not function.calling.state_out
             and not extras
             and returned[0][1] not in self.env
             and self._inlinable(returned[0][1], self.site, value, True)
@@ -357,15 +357,15 @@ class CallDef(Body):
         flat: list[str] = []
         if returned:
             targets.append(self._returned_target(child, returned, flat))
-        if function.state_out:
+        if function.calling.state_out:
             state_name = self.scope.fresh(_state_base(child, node), "parameter")
             flat.append(state_name)
             targets.append(named(state_name, ast.Store()))
             self.child_states.append((child, state_name))
             for path in child.state_out:
-                var = low.state_final[path]
+                var = ctx.roles.state_final[path]
                 if var not in self.env:
-                    self.env[var] = low.state_tree.subscript(
+                    self.env[var] = ctx.roles.state_tree.subscript(
                         named(state_name), relative(path, child.anchor or ""), child.anchor or ""
                     )
         for v in extras:
@@ -405,14 +405,14 @@ class CallDef(Body):
         return named(whole, ast.Store())
 
     def _returns(self, node: Node, function: Function) -> ast.expr | None:
-        low = self.ctx
+        ctx = self.ctx
         parts: list[ast.expr] = []
         if node.parent is None:
-            leaves = iter(self.expr(v) for _, v in low.outputs)
-            parts.append(spec_expr(low.trace.out_tree, leaves, low.trace.static_outputs))
+            leaves = iter(self.expr(v) for _, v in ctx.flow.outputs)
+            parts.append(spec_expr(ctx.trace.out_tree, leaves, ctx.trace.static_outputs))
         else:
             returned = self.tree.returned(node)
-            function.ret_paths = [p for p, _ in returned]
+            function.calling.ret_paths = [p for p, _ in returned]
             if returned:
                 parts.append(paths_expr([(p, self.expr(v)) for p, v in returned]))
             elif not node.state_out and not self._extra_outputs(node):
@@ -420,14 +420,14 @@ class CallDef(Body):
         if node.state_out:
             parts.append(self._state_dict(node))
         extras = self._extra_outputs(node)
-        function.out_slots = [node.outputs.index(v) for v in extras]
+        function.calling.out_slots = [node.outputs.index(v) for v in extras]
         parts += [self.expr(v) for v in extras]
         if len(parts) == 1:
             return parts[0]
         return ast.Tuple(parts, ast.Load())
 
     def _state_dict(self, node: Node) -> ast.expr:
-        low, anchor = self.ctx, node.anchor or ""
+        ctx, anchor = self.ctx, node.anchor or ""
         entries: dict[str, ast.expr] = {}
         for path in node.state_out:
             child = next((c for c, _ in self.child_states if path in c.state_out), None)
@@ -437,15 +437,17 @@ class CallDef(Body):
                     relative(child.anchor or "", anchor) if child.anchor != anchor else "", named(name)
                 )
             else:
-                entries[relative(path, anchor)] = self.expr(low.state_final[path])
-        return nested_dict(entries, low.state_tree, anchor)
+                entries[relative(path, anchor)] = self.expr(ctx.roles.state_final[path])
+        return nested_dict(entries, ctx.roles.state_tree, anchor)
 
 
 def _returned_names(function: Function | None, count: int) -> list[str | None]:
     """The names a callee returns a tuple of (`return cos, sin`), one per item, None where an
     item is no plain name; all None for a callee that returns one value."""
-    returns = function.returns if function is not None and count > 1 else None
-    if returns is not None and (function.state_out or function.out_slots):
+    if function is None or count <= 1:
+        return [None] * count
+    returns = function.returns
+    if returns is not None and (function.calling.state_out or function.calling.out_slots):
         returns = returns.elts[0] if isinstance(returns, ast.Tuple) else None  # then its state, extras
     if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:
         return [None] * count

@@ -72,16 +72,16 @@ class CallTree:
 
     def build(self, call: Call, parent: Node | None) -> Node | None:
         if parent is None:
-            anchor = "" if self.ctx.module_entry else None
+            anchor = "" if self.ctx.roles.module_entry else None
         elif call.module_path is not None and under(call.module_path, parent.anchor):
             anchor = call.module_path
         else:
             anchor = parent.anchor
-        eqns = [i for i in call.all_eqns() if i in self.ctx.live]
+        eqns = [i for i in call.all_eqns() if i in self.ctx.flow.live]
         if not eqns and parent is not None:
             return None
         node = Node(call, parent, anchor, min(eqns) if eqns else 0)
-        node.own = [i for i in call.eqns if i in self.ctx.live]
+        node.own = [i for i in call.eqns if i in self.ctx.flow.live]
         node.children = [c for c in (self.build(child, node) for child in call.children) if c is not None]
         return node
 
@@ -92,38 +92,37 @@ class CallTree:
         defined: set[Any] = set()
         inputs: dict[Any, None] = {}
         for i in sorted(node.eqns):
-            for v in self.ctx.eqns[i].invars:
+            for v in self.ctx.flow.eqns[i].invars:
                 if isinstance(v, Var) and v not in defined:
                     inputs.setdefault(v)
-            defined.update(self.ctx.eqns[i].outvars)
+            defined.update(self.ctx.flow.eqns[i].outvars)
         node.inputs = list(inputs)
-        node.outputs = sorted(
-            (
-                v
-                for v in defined
-                if v in self.ctx.program_outs or any(u not in node.eqns for u in self.ctx.uses.get(v, ()))
-            ),
-            key=lambda v: _defining_index(self.ctx.eqns, node.eqns, v),
-        )
-        node.state_out = [
-            path for path, var in self.ctx.state_final.items() if var in defined and under(path, node.anchor)
+        flow = self.ctx.flow
+        leaving = [
+            v for v in defined
+            if v in flow.program_outs or any(u not in node.eqns for u in flow.uses.get(v, ()))
         ]
+        node.outputs = sorted(leaving, key=lambda v: _defining_index(flow.eqns, node.eqns, v))
+        finals = self.ctx.roles.state_final
+        node.state_out = [path for path, var in finals.items() if var in defined and under(path, node.anchor)]
 
-    def classify(self, node: Node, v: Any) -> tuple:
+    def classify(self, node: Node, v: Any) -> tuple[Any, ...]:
         """How `node`'s def gets input `v`: an argument, its params/state subtree, or an extra."""
         if node.parent is None:
-            item = self.ctx.input_of.get(v)
+            item = self.ctx.roles.input_of.get(v)
             if item is not None and item.kind == "arg":
                 return ("arg", item.name)
         else:
             for index, (_, var) in enumerate(node.call.args):
-                if self.ctx.resolve(var) is v:
+                if self.ctx.flow.resolve(var) is v:
                     return ("arg", index)
-        item = self.ctx.input_of.get(v)
-        if item is not None and item.kind in ("param", "buffer") and under(item.name, node.anchor):
-            kind = "state" if v in self.ctx.state_in else "param"
-            return (kind, relative(item.name, node.anchor))
-        if v in self.ctx.consts:
+        item = self.ctx.roles.input_of.get(v)
+        anchor = node.anchor
+        stored = item is not None and item.kind in ("param", "buffer")
+        if item is not None and stored and anchor is not None and under(item.name, anchor):
+            kind = "state" if v in self.ctx.roles.state_in else "param"
+            return (kind, relative(item.name, anchor))
+        if v in self.ctx.flow.consts:
             return ("const",)
         return ("extra",)
 
@@ -139,18 +138,18 @@ class CallTree:
 
     def local_name(self, node: Node, v: Any) -> str | None:
         for name, _line, var in node.call.bindings:
-            if self.ctx.resolve(var) is v:
+            if self.ctx.flow.resolve(var) is v:
                 return name
         return None
 
     def returned(self, node: Node) -> list[tuple[str, Any]]:
         if node.parent is None:
-            return list(self.ctx.outputs)
+            return list(self.ctx.flow.outputs)
         # A result nobody used is not computed (a loss under `jax.grad`): the call returns the rest.
         return [
-            (p, self.ctx.resolve(v))
+            (p, self.ctx.flow.resolve(v))
             for p, v in node.call.returned
-            if isinstance(v, Var) and self.ctx.resolve(v) in self.ctx.available
+            if isinstance(v, Var) and self.ctx.flow.resolve(v) in self.ctx.flow.available
         ]
 
     def key(self, node: Node) -> int:
@@ -167,10 +166,10 @@ class CallTree:
     def signature(self, node: Node, exclude: frozenset[int] = frozenset()) -> str:
         """Everything that decides how `node` renders, with values referred to by role (and
         callees by the id of their signature)."""
-        refs: dict[Any, tuple] = {}
+        refs: dict[Any, tuple[Any, ...]] = {}
         extras = 0
 
-        def ref(v: Any) -> tuple:
+        def ref(v: Any) -> tuple[Any, ...]:
             nonlocal extras
             if isinstance(v, Literal):
                 return ("literal", repr(v.val), str(v.aval))
@@ -200,7 +199,7 @@ class CallTree:
                 for j, v in enumerate(item.outputs):
                     refs[v] = ("call", position, j)
                 continue
-            eqn = self.ctx.eqns[item]
+            eqn = self.ctx.flow.eqns[item]
             if item in exclude:
                 continue
             site = self.ctx.trace.eqn_sites[item]
@@ -227,7 +226,7 @@ class CallTree:
         the slice inside the call), so each call slices differently; the slice belongs to
         the caller, and the calls then share one def.
         """
-        by_code: dict[tuple, list[Node]] = {}
+        by_code: dict[tuple[Any, ...], list[Node]] = {}
         for node in root.walk():
             if node.parent is not None:
                 by_code.setdefault(node.code, []).append(node)
@@ -260,7 +259,7 @@ class CallTree:
         returned = {v for _, v in self.returned(node)}
         result = []
         for i in node.own:
-            eqn = self.ctx.eqns[i]
+            eqn = self.ctx.flow.eqns[i]
             if eqn.effects or any(v in returned for v in eqn.outvars):
                 continue
             if all(
@@ -291,13 +290,14 @@ class CallTree:
 
 
 def operand_values(node: Node, function: Function) -> list[Any]:
-    return [node.call.args[i][1] if kind == "arg" else node.inputs[i] for kind, i in function.operands]
+    operands = function.calling.operands
+    return [node.call.args[i][1] if kind == "arg" else node.inputs[i] for kind, i in operands]
 
 
 def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
     parent = node.parent
     return parent is not None and any(
-        source is node and v in ctx.eqns[i].outvars for i, source in parent.hoisted.items()
+        source is node and v in ctx.flow.eqns[i].outvars for i, source in parent.hoisted.items()
     )
 
 

@@ -1,8 +1,10 @@
 """What every def of a lowering reads: the cleaned equations, who uses each value, the module's names.
 
-`Context(trace)` drops repeated equations (torchax re-slices a view each time it is read) and dead
-ones, counts uses, and maps each input to its role (argument, parameter, state buffer); it holds
-the module-level things defs add as they are written: constants, helper defs, names, fallbacks.
+`Context(trace)` is what the def writers share, passed around as `ctx`: `ctx.flow` (`Dataflow`)
+drops repeated equations (torchax re-slices a view each time it is read) and dead ones and counts
+uses; `ctx.roles` (`Roles`) maps each input to its role (argument, parameter, state buffer);
+`ctx.module` (`ModuleLevel`) collects the module-level things defs add as they are written:
+constants, helper defs, names, fallbacks.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
@@ -40,10 +42,22 @@ class LoweringError(Exception):
 
 
 class Context:
-    """The trace's equations cleaned up, and the module-level state every def writer shares."""
+    """What every def writer of one lowering shares: the trace, its cleaned equations (`flow`), the
+    role of each input (`roles`), and the module-level things the defs add as they are written
+    (`module`)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+        self.flow = Dataflow(trace)
+        self.roles = Roles(trace, self.flow)
+        self.module = ModuleLevel(self.roles.reserved)
+
+
+class Dataflow:
+    """The trace's equations cleaned up: repeats aliased to their first, runs fused, dead ones
+    dropped, and who uses each value."""
+
+    def __init__(self, trace: Trace) -> None:
         self.jaxpr = trace.jaxpr.jaxpr
         self.alias = common_subexpressions(trace)
         self.eqns = [
@@ -65,38 +79,50 @@ class Context:
         self.program_outs = {v for v in outvars if isinstance(v, Var)}
         self.available = {v for i in self.live for v in self.eqns[i].outvars}
         self.available.update(self.jaxpr.invars, self.jaxpr.constvars)
-        self.gradients = trace.gradients
         self.backward_eqns = {
-            i for i, eqn in enumerate(self.eqns) if any(v in self.gradients for v in eqn.outvars)
+            i for i, eqn in enumerate(self.eqns) if any(v in trace.gradients for v in eqn.outvars)
         }
         self.outputs = [(p, self.resolve(v)) for p, v in trace.outputs]
+
+    def resolve(self, v: Any) -> Any:
+        """The value an equation computed first, for a repeat of the same equation."""
+        return self.alias.get(v, v) if isinstance(v, Var) else v
+
+
+class Roles:
+    """What each input is (argument, parameter, state buffer) and the trees `params` and `state`."""
+
+    def __init__(self, trace: Trace, flow: Dataflow) -> None:
         self.input_of: dict[Any, Input] = {i.var: i for i in trace.inputs}
         self.state_in = {s.input.var: s.input.name for s in trace.state}
-        self.state_final = {s.input.name: self.resolve(s.var) for s in trace.state}
+        self.state_final = {s.input.name: flow.resolve(s.var) for s in trace.state}
         stored = [i.name for i in trace.inputs if i.kind in ("param", "buffer")]
         self.param_tree = Tree([p for p in stored if p not in self.state_final])
         self.state_tree = Tree(list(self.state_final))
         self.module_entry = any(i.kind != "arg" for i in trace.inputs) or trace.root.module_path is not None
         # `params` and `state` name the trees of a module's tensors; a function's arguments may take them.
         self.reserved = MODULE_NAMES if self.module_entry else MODULE_NAMES - {"params", "state"}
-        self.module = Scope(reserved=set(self.reserved))
-        self.constants: list[tuple[str, ast.expr]] = []
-        self.constant_names: dict[tuple, str] = {}
-        self.helpers: list[Function] = []
-        self.helper_names: dict[str, str] = {}
-        self.custom_names: dict[tuple, str] = {}
-        self.fallbacks: Counter[str] = Counter()
 
-    def resolve(self, v: Any) -> Any:
-        """The value an equation computed first, for a repeat of the same equation."""
-        return self.alias.get(v, v) if isinstance(v, Var) else v
+
+class ModuleLevel:
+    """What the defs add to the module as they are written: constants, helper defs, their names
+    (`scope`, which every def's own scope sits in), and the equations written as fallbacks."""
+
+    def __init__(self, reserved: frozenset[str]) -> None:
+        self.scope = Scope(reserved=set(reserved))
+        self.constants: list[tuple[str, ast.expr]] = []
+        self.constant_names: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+        self.helpers: list[Function] = []
+        self.helper_names: dict[Any, str] = {}
+        self.custom_names: dict[Any, str] = {}
+        self.fallbacks: Counter[str] = Counter()
 
     def constant(self, value: Any, hint: str) -> ast.expr:
         array = np.asarray(value)
         key = (array.dtype.str, array.shape, array.tobytes())
         name = self.constant_names.get(key)
         if name is None:
-            name = self.module.fresh(naming.identifier(hint, "const").upper(), "local")
+            name = self.scope.fresh(naming.identifier(hint, "const").upper(), "local")
             self.constant_names[key] = name
             self.constants.append((name, array_literal(array)))
         return named(name)
@@ -168,13 +194,15 @@ def array_literal(array: np.ndarray) -> ast.expr:
         value = ast.parse(repr(flat[0].item()), mode="eval").body
         return ast.Call(
             ast.Attribute(named("np"), "full", ast.Load()),
-            [ast.Constant(array.shape), value],
+            [ast.Constant(cast(Any, array.shape)), value],  # a tuple of ints: `ast.unparse` writes it
             [ast.keyword("dtype", dtype)],
         )
     if array.ndim == 1 and array.size > 1 and np.issubdtype(array.dtype, np.integer):
         step = int(array[1] - array[0])
         if step and (np.diff(array) == step).all():
-            args = [ast.Constant(int(array[0])), ast.Constant(int(array[-1]) + step), ast.Constant(step)]
+            args: list[ast.expr] = [
+                ast.Constant(int(array[0])), ast.Constant(int(array[-1]) + step), ast.Constant(step)
+            ]
             return ast.Call(
                 ast.Attribute(named("np"), "arange", ast.Load()), args, [ast.keyword("dtype", dtype)]
             )

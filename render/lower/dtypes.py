@@ -9,20 +9,23 @@ the same `convert_element_type` as `.astype(jnp.bfloat16)` while `x` is bfloat16
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from jaxside.tracing.trace import Site
 
+Written = TypeVar("Written")
 
-def followed_dtype(eqn: Any, value: Any, env: dict[Any, Any], site: Site | None) -> Any:
+
+def followed_dtype(eqn: Any, value: Written, env: dict[Any, Any], site: Site | None) -> Written:
     """`value` (the rendering of `eqn`) with its cast's dtype read from the tensor torch read it
     from, where the site names one the def holds with that dtype; else `value` as it is."""
     if eqn.primitive.name != "convert_element_type" or site is None or not site.text:
         return value
-    is_cast = isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-    if not is_cast or value.func.attr != "astype" or len(value.args) != 1:
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute):
+        return value
+    if value.func.attr != "astype" or len(value.args) != 1:
         return value
     source = _dtype_source(site.text)
     dtype = np.dtype(eqn.params["new_dtype"])

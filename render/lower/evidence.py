@@ -22,7 +22,7 @@ import numpy as np
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, named
-from jaxside.render.lower.merge.keyword_args import Fields
+from jaxside.render.lower.config_fields import Fields
 
 _OPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
@@ -85,7 +85,7 @@ def literal(node: ast.AST) -> Any:
     """The number a literal (`8`, `-1`) writes; None for anything else."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
         value = node.operand.value
-        return -value if type(value) in (int, float) else None
+        return -value if isinstance(value, (int, float)) and type(value) in (int, float) else None
     return node.value if isinstance(node, ast.Constant) else None
 
 
@@ -128,7 +128,7 @@ class Reader:
         path = self_path(node)
         if path is not None:
             number = self.owner.attributes.get(path)
-            if type(number) in (int, float) and math.isfinite(number):  # `inf` is no literal
+            if isinstance(number, (int, float)) and type(number) in (int, float) and math.isfinite(number):
                 return Named(self.owner.attributes[path], self.fields.node(self.owner, path))
             return None
         if isinstance(node, ast.Name):
@@ -258,8 +258,9 @@ class Reader:
                 out.append(Named(sum(values[:i]), ast.Call(named("sum"), [upto], [])))
             return out
         if isinstance(node, ast.List) and len(node.elts) > 2:
-            items = [self.read(e) for e in node.elts]
-            if any(i is None for i in items):
+            read = [self.read(e) for e in node.elts]
+            items = [i for i in read if i is not None]
+            if len(items) < len(read):
                 return out
             total = items[0]
             for item in items[1 : len(items) - 1]:

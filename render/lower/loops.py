@@ -10,32 +10,79 @@ from __future__ import annotations
 
 import ast
 import copy
-from typing import Any
+from dataclasses import dataclass
+from typing import cast
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Loop, Statement, named
 from jaxside.render.lower.context import Context
+from jaxside.render.lower.loop_headers import (
+    Places,
+    chain_keys,
+    counting_ints,
+    even_steps,
+    indexed_list,
+    list_header,
+    list_length,
+    list_name,
+    range_header,
+)
 from jaxside.render.lower.places import positions, put
-from jaxside.render.names import snake
+from jaxside.render.names import Scope, snake
 from jaxside.tracing.trace import Site
 
 
-def reroll(low: Context, function: Function, defs: frozenset[str]) -> None:
+@dataclass
+class Pattern:
+    """How the segments of a run are one loop body."""
+
+    defined: list[list[str]]
+    """The names each segment binds, in order; a name's position `m` is the same in each."""
+    carries: dict[int, str]
+    """A name the next segment reads (`hidden_states`), by position: the name the first segment
+    reads instead (what the loop starts from)."""
+    progressions: list[tuple[int, int]]
+    """Each integer of a segment (in `counting_ints` order) as (first value, step)."""
+    collected: dict[int, ast.List | ast.Tuple]
+    """A name each segment binds that the code after the run reads as one list of all of them
+    (`torch.stack(outputs)`), by position: that list."""
+
+
+@dataclass
+class Plan:
+    """A run of `count` segments of `length` statements from `start` that is one loop."""
+
+    start: int
+    count: int
+    length: int
+    anchor: int
+    """The statement of a segment that holds the call the run was found by."""
+    pattern: Pattern
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count * self.length
+
+    def segments(self, body: list[Statement]) -> list[list[Statement]]:
+        step = self.length
+        return [body[self.start + j * step : self.start + (j + 1) * step] for j in range(self.count)]
+
+
+def reroll(ctx: Context, function: Function, defs: frozenset[str]) -> None:
     """Roll runs of identical call statements (layer 0..N-1) back into loops, and lists of
     identical calls (`[expert(x) for expert in experts]`) back into comprehensions. A statement
     that holds a call of one of `defs` inside it (`x = block_forward(...) * gates[0]`) counts."""
     body = function.body
     done = 0
     while True:
-        run = _find_run(body, done, function.returns, defs)
-        if run is None:
+        plan = _find_run(body, done, function.returns, defs)
+        if plan is None:
             break
-        start, count, length, plan = run
-        loop, before = _make_loop(low, function, body, start, count, length, plan)
-        body[start : start + count * length] = [*before, loop]
-        done = start + len(before) + 1
+        loop, before = _make_loop(ctx, function, body, plan)
+        body[plan.start : plan.end] = [*before, loop]
+        done = plan.start + len(before) + 1
     for statement in body:
-        _reroll_lists(low, function, statement)
+        _reroll_lists(ctx, function, statement)
     function.body = body
 
 
@@ -57,7 +104,7 @@ def _calls_of(statement: Statement, defs: frozenset[str]) -> str | None:
 
 def _find_run(
     body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str]
-) -> tuple[int, int, int, dict] | None:
+) -> Plan | None:
     anchors: dict[str, list[int]] = {}
     for index in range(done, len(body)):
         key = _calls_of(body[index], defs)
@@ -74,13 +121,14 @@ def _find_run(
             if start < done or start + len(calls) * length > len(body):
                 continue
             segments = [body[start + j * length : start + (j + 1) * length] for j in range(len(calls))]
+            if any(s.when is not None or isinstance(s, Loop) for segment in segments for s in segment):
+                continue  # a statement under a flag, or a loop already: the body would lose its `if`
             after = [s.node() for s in body[start + len(calls) * length :]]
             if returns is not None:
                 after.append(ast.Return(returns))
-            plan = _match(segments, after)
-            if plan is not None:
-                plan["anchor"] = offset
-                return start, len(calls), length, plan
+            pattern = _match(segments, after)
+            if pattern is not None:
+                return Plan(start, len(calls), length, offset, pattern)
     return None
 
 
@@ -92,71 +140,85 @@ def _module_name(anchor: Statement) -> str | None:
 
 
 def _make_loop(
-    low: Context, function: Function, body: list[Statement], start: int, count: int, length: int, plan: dict
+    ctx: Context, function: Function, body: list[Statement], plan: Plan
 ) -> tuple[Loop, list[Statement]]:
-    scope = function.scope
-    segments = [body[start + j * length : start + (j + 1) * length] for j in range(count)]
-    defined, carries = plan["defined"], plan["carries"]
-    canon = {m: carries.get(m, name) for m, name in enumerate(defined[0])}
-    anchor = segments[0][plan["anchor"]]
+    """The loop a run is, and the statements to put before it (aliases of carried names, the
+    empty lists it fills); the code after the run is rewritten to read what the loop left."""
+    segments = plan.segments(body)
+    anchor = segments[0][plan.anchor]
     module = ast.Module([copy.deepcopy(s.node()) for s in segments[0]], [])
-    places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(module)}
-    ints = _ints(module)
-    varying = [(node, v0, step) for node, (v0, step) in zip(ints, plan["progressions"]) if step]
+    header_target, iterable = _header(ctx, function, plan, anchor, module)
+    canon, aliases = _carried(function.scope, plan.pattern, anchor)
+    _rename(module, plan.pattern, canon)
+    later = body[plan.end :]
+    collected_names = {
+        m: function.scope.fresh(_collected_base(later, node, canon[m]), "local")
+        for m, node in plan.pattern.collected.items()
+    }
+    loop_body = _loop_body(segments, module, canon, collected_names)
+    before = aliases + [
+        Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in collected_names.values()
+    ]
+    _after_loop(function, later, plan.pattern, canon, collected_names)
+    main = loop_body[plan.anchor]
+    loop = Loop(
+        main.targets,
+        main.value,
+        sorted({i for seg in segments for s in seg for i in s.eqns}),
+        anchor.site,
+        anchor.call,
+        main.target,
+        header_target,
+        iterable,
+        loop_body,
+        [call for seg in segments if (call := seg[plan.anchor].call) is not None],
+    )
+    return loop, before
+
+
+def _header(
+    ctx: Context, function: Function, plan: Plan, anchor: Statement, module: ast.Module
+) -> tuple[ast.expr, ast.expr]:
+    """The loop's target and iterable; in `module`, the integers that count along the run
+    become what the loop reads (an element of the list they index, or the index)."""
+    scope = function.scope
+    places: Places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(module)}
+    counting = zip(counting_ints(module), plan.pattern.progressions)
+    varying = [(node, v0, step) for node, (v0, step) in counting if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
     torch_index, torch_element = torch_source.loop_names(source)
-    lists: dict[str, tuple[ast.expr, str]] = {}
     by_list = all(
-        v0 == 0 and step == 1 and _list_length(low, function, places, node) == count
+        v0 == 0 and step == 1 and list_length(ctx, function, places, node) == plan.count
         for node, v0, step in varying
     )
-    header_target: ast.expr
-    subscripted = [places[id(node)][0].value for node, _, _ in varying] if by_list else []  # type: ignore[attr-defined]
-    listed = {ast.dump(node) for node in subscripted}
-    zipped = torch_source.zipped_names(source)
-    if varying and by_list and torch_index and torch_element and len(listed) > 1:
+    if not (varying and by_list):
+        return range_header(scope, varying, places, torch_index or "i", plan.count)
+    subscripted = [indexed_list(places, node).value for node, _, _ in varying]
+    if torch_index and torch_element and len({ast.dump(node) for node in subscripted}) > 1:
         # `for i, block in enumerate(self.blocks): ... self.gates[i]`: torch's own form.
         main = _enumerated(source, subscripted)
         index_name, element_name = scope.fresh(torch_index, "loop"), scope.fresh(torch_element, "loop")
         for node, _, _ in varying:
-            parent, attr, index = places[id(node)]
-            if ast.dump(parent.value) == ast.dump(main):  # type: ignore[attr-defined]
-                grand, attr, index = places[id(parent)]
-                put(grand, attr, index, named(element_name))
+            parent = indexed_list(places, node)
+            if ast.dump(parent.value) == ast.dump(main):
+                put(*places[id(parent)], named(element_name))
             else:
-                put(parent, attr, index, named(index_name))
-        pair = [named(index_name, ast.Store()), named(element_name, ast.Store())]
-        header_target = ast.Tuple(pair, ast.Store())
-        iterable = ast.Call(named("enumerate"), [copy.deepcopy(main)], [])
-    elif varying and by_list:
-        for node, _, _ in varying:
-            parent, _, _ = places[id(node)]
-            key = ast.dump(parent.value)  # type: ignore[attr-defined]
-            if key not in lists:
-                root = _chain_root(parent.value)  # type: ignore[attr-defined]
-                element = torch_element or _module_name(anchor) or "item"
-                base = element if root == "params" else f"{element}_{root}"
-                keys = [k for k in _chain_keys(parent.value) if isinstance(k, str)]  # type: ignore[attr-defined]
-                if keys and keys[-1] in zipped:  # `for block, gate in zip(self.blocks, self.gates)`
-                    base = zipped[keys[-1]]
-                elif lists and keys and root == "params":  # another list beside the first (`block_gates`)
-                    base = f"{element}_{keys[-1]}"
-                lists[key] = (parent.value, scope.fresh(base, "loop"))  # type: ignore[attr-defined]
-            grand, attr, index = places[id(parent)]
-            put(grand, attr, index, named(lists[key][1]))
-        names = [named(n, ast.Store()) for _, n in lists.values()]
-        iterables = [copy.deepcopy(e) for e, _ in lists.values()]
-        header_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
-        iterable = iterables[0] if len(iterables) == 1 else ast.Call(named("zip"), iterables, [])
-    else:
-        index_name = scope.fresh(torch_index or "i", "loop")
-        for node, v0, step in varying:
-            parent, attr, index = places[id(node)]
-            put(parent, attr, index, _affine(index_name, v0, step))
-        header_target = named(index_name, ast.Store())
-        iterable = ast.Call(named("range"), [ast.Constant(count)], [])
-    # A carry torch names otherwise inside the loop (`hidden_states = inputs_embeds` before
-    # `for layer in layers: hidden_states = layer(hidden_states)`) takes that name, from an alias.
+                put(*places[id(node)], named(index_name))
+        pair: list[ast.expr] = [named(index_name, ast.Store()), named(element_name, ast.Store())]
+        return ast.Tuple(pair, ast.Store()), ast.Call(named("enumerate"), [copy.deepcopy(main)], [])
+    element = torch_element or _module_name(anchor) or "item"
+    zipped = torch_source.zipped_names(source)
+    return list_header(scope, varying, places, lambda indexed, another: list_name(
+        indexed, element, zipped, another))
+
+
+def _carried(scope: Scope, pattern: Pattern, anchor: Statement) -> tuple[dict[int, str], list[Statement]]:
+    """The name the loop gives each name its body binds, and the aliases to put before it.
+
+    A carry torch names otherwise inside the loop (`hidden_states = inputs_embeds` before `for
+    layer in layers: hidden_states = layer(hidden_states)`) takes that name, from an alias."""
+    defined, carries = pattern.defined, pattern.carries
+    canon = {m: carries.get(m, name) for m, name in enumerate(defined[0])}
     aliases: list[Statement] = []
     for m, entry in carries.items():
         inner = defined[0][m]
@@ -164,22 +226,30 @@ def _make_loop(
         if renamed and scope.names.get(inner) == "local":
             canon[m] = inner
             aliases.append(Statement([inner], named(entry), [], anchor.site))
-    renames = {name: canon[m] for m, name in enumerate(defined[0])}
-    renames.update({carries[m]: canon[m] for m in carries})  # the first pass reads the alias
+    return canon, aliases
+
+
+def _rename(module: ast.Module, pattern: Pattern, canon: dict[int, str]) -> None:
+    renames = {name: canon[m] for m, name in enumerate(pattern.defined[0])}
+    renames.update({pattern.carries[m]: canon[m] for m in pattern.carries})  # the first pass reads the alias
     for node in ast.walk(module):
         if isinstance(node, ast.Name) and node.id in renames:
             node.id = renames[node.id]
-    collected_names: dict[int, str] = {}
-    for m, node in plan["collected"].items():
-        collected_names[m] = scope.fresh(
-            _collected_base(body[start + count * length :], node, canon[m]), "local"
-        )
+
+
+def _loop_body(
+    segments: list[list[Statement]], module: ast.Module, canon: dict[int, str],
+    collected_names: dict[int, str],
+) -> list[Statement]:
+    """The loop's statements (with the equations of every segment), each name a list collects
+    appended to it right after it is bound."""
     loop_body: list[Statement] = []
     defined_at: dict[int, int] = {}
     for q, (statement, node) in enumerate(zip(segments[0], module.body)):
         eqns = sorted({i for seg in segments for i in seg[q].eqns})
         assign = node if isinstance(node, ast.Assign) else None
-        value = assign.value if assign else node.value  # type: ignore[attr-defined]
+        assert isinstance(node, (ast.Assign, ast.Expr))  # what a plain `Statement.node()` is
+        value = node.value
         target = assign.targets[0] if assign else None
         flat = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)] if target is not None else []
         loop_body.append(Statement(flat, value, eqns, statement.site, statement.call, target))
@@ -193,18 +263,22 @@ def _make_loop(
                     ast.Attribute(named(collected_names[m]), "append", ast.Load()), [named(canon[m])], []
                 )
                 loop_body.append(Statement([], append, [], statement.site))
-    before = aliases + [
-        Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in collected_names.values()
-    ]
-    # After the loop: its last values under the loop's names; earlier ones through the lists.
-    last = {name: canon[m] for m, name in enumerate(defined[-1])}
-    later = body[start + count * length :]
-    roots: list[ast.AST] = [s.value for s in later] + [s.target for s in later if s.target is not None]
+    return loop_body
+
+
+def _after_loop(
+    function: Function, later: list[Statement], pattern: Pattern, canon: dict[int, str],
+    collected_names: dict[int, str],
+) -> None:
+    """After the loop: its last values under the loop's names; earlier ones through the lists."""
+    last = {name: canon[m] for m, name in enumerate(pattern.defined[-1])}
+    roots: list[ast.expr] = [s.value for s in later] + [s.target for s in later if s.target is not None]
     if function.returns is not None:
         roots.append(function.returns)
-    holder = ast.Module([ast.Expr(r) if isinstance(r, ast.expr) else r for r in roots], [])  # type: ignore[misc]
+    wrapped = [ast.Expr(r) for r in roots]
+    holder = ast.Module(list[ast.stmt](wrapped), [])
     for parent, attr, index, node in list(positions(holder)):
-        for m, target in plan["collected"].items():
+        for m, target in pattern.collected.items():
             if node is target:
                 replacement: ast.expr = named(collected_names[m])
                 if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
@@ -214,32 +288,7 @@ def _make_loop(
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in last:
             node.id = last[node.id]
     if function.returns is not None:
-        function.returns = holder.body[-1].value  # type: ignore[attr-defined]
-    main = loop_body[plan["anchor"]]
-    loop = Loop(
-        main.targets,
-        main.value,
-        sorted({i for seg in segments for s in seg for i in s.eqns}),
-        anchor.site,
-        anchor.call,
-        main.target,
-        header_target,
-        iterable,
-        loop_body,
-        [seg[plan["anchor"]].call for seg in segments if seg[plan["anchor"]].call is not None],
-    )
-    return loop, before
-
-
-def _affine(index: str, start: int, step: int) -> ast.expr:
-    term: ast.expr = named(index) if step == 1 else ast.BinOp(ast.Constant(step), ast.Mult(), named(index))
-    if start == 0:
-        return term
-    return (
-        ast.BinOp(term, ast.Add(), ast.Constant(start))
-        if start > 0
-        else ast.BinOp(term, ast.Sub(), ast.Constant(-start))
-    )
+        function.returns = wrapped[-1].value
 
 
 def _enumerated(loop: ast.AST | None, lists: list[ast.expr]) -> ast.expr:
@@ -249,45 +298,13 @@ def _enumerated(loop: ast.AST | None, lists: list[ast.expr]) -> ast.expr:
     argument = iterable.args[0] if isinstance(iterable, ast.Call) and iterable.args else None
     attribute = argument.attr if isinstance(argument, ast.Attribute) else None
     for node in lists:
-        keys = _chain_keys(node)
+        keys = chain_keys(node)
         if keys and keys[-1] == attribute:
             return node
     return lists[0]
 
 
-def _chain_root(node: ast.expr) -> str | None:
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _chain_keys(node: ast.expr) -> list[Any]:
-    keys = []
-    while isinstance(node, ast.Subscript):
-        if not isinstance(node.slice, ast.Constant):
-            return []
-        keys.append(node.slice.value)
-        node = node.value
-    return list(reversed(keys))
-
-
-def _list_length(low: Context, function: Function, places: dict, node: ast.AST) -> int | None:
-    """How long the params/state list that `node` indexes is (None if it is not such an index)."""
-    parent, attr, _ = places.get(id(node), (None, None, None))
-    if not isinstance(parent, ast.Subscript) or attr != "slice":
-        return None
-    root = _chain_root(parent.value)
-    if root not in ("params", "state") or function.anchor is None:
-        return None
-    keys = _chain_keys(parent.value)
-    if not keys and not isinstance(parent.value, ast.Name):
-        return None
-    tree = low.param_tree if root == "params" else low.state_tree
-    path = ".".join([function.anchor] * bool(function.anchor) + [str(k) for k in keys])
-    return tree.lengths.get(path)
-
-
-def _collected_base(later: list[Statement], node: ast.AST, element: str) -> str:
+def _collected_base(later: list[Statement], node: ast.expr, element: str) -> str:
     """The torch name of a list a loop filled (`outputs` in `torch.stack(outputs, dim=1)`)."""
     for statement in later:
         for call in ast.walk(statement.value):
@@ -296,7 +313,7 @@ def _collected_base(later: list[Statement], node: ast.AST, element: str) -> str:
                     source = ast.parse(statement.site.text.strip(), mode="eval").body
                 except SyntaxError:
                     continue
-                position = call.args.index(node)  # type: ignore[arg-type]
+                position = call.args.index(node)
                 if isinstance(source, ast.Call) and position < len(source.args):
                     arg = source.args[position]
                     if isinstance(arg, ast.Name):
@@ -304,93 +321,66 @@ def _collected_base(later: list[Statement], node: ast.AST, element: str) -> str:
     return element + "s"
 
 
-def _reroll_lists(low: Context, function: Function, statement: Statement) -> None:
+def _reroll_lists(ctx: Context, function: Function, statement: Statement) -> None:
     """`[f(p[0], x), f(p[1], x)]` -> `[f(item, x) for item in p]`, inside one statement."""
     if isinstance(statement, Loop):
         return
-    holder = ast.Module([ast.Expr(statement.value)], [])
+    wrapped = ast.Expr(statement.value)
+    holder = ast.Module([wrapped], [])
     for parent, attr, index, node in list(positions(holder)):
         if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
             continue
         if not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name) for e in node.elts):
             continue
-        comprehension = _comprehension(low, function, node.elts, statement.site)
+        comprehension = _comprehension(ctx, function, node.elts, statement.site)
         if comprehension is None:
             continue
         if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
             comprehension = ast.Call(named("tuple"), [comprehension], [])
         put(parent, attr, index, comprehension)
-    statement.value = holder.body[0].value  # type: ignore[attr-defined]
+    statement.value = wrapped.value
 
 
 def _comprehension(
-    low: Context, function: Function, elements: list[ast.expr], site: Site | None
+    ctx: Context, function: Function, elements: list[ast.expr], site: Site | None
 ) -> ast.expr | None:
-    forms = []
-    for element in elements:
-        copy_ = copy.deepcopy(element)
-        ints = _ints(ast.Expr(copy_))
-        values = [n.value for n in ints]  # type: ignore[attr-defined]
-        for n in ints:
-            n.value = 0  # type: ignore[attr-defined]
-        forms.append((ast.dump(copy_), values))
-    if any(f[0] != forms[0][0] or len(f[1]) != len(forms[0][1]) for f in forms):
+    progressions = _element_progressions(elements)
+    if progressions is None:
         return None
-    progressions = []
-    for values in zip(*(f[1] for f in forms)):
-        step = values[1] - values[0]
-        if any(v != values[0] + step * j for j, v in enumerate(values)):
-            return None
-        progressions.append((values[0], step))
     element = copy.deepcopy(elements[0])
     holder = ast.Expr(element)
-    places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(holder)}
-    ints = _ints(holder)
-    varying = [(node, v0, step) for node, (v0, step) in zip(ints, progressions) if step]
+    places: Places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(holder)}
+    varying = [(node, v0, step) for node, (v0, step) in zip(counting_ints(holder), progressions) if step]
     if not varying:
         return None
     comprehension = torch_source.within(site, torch_source.COMPREHENSIONS) if site else None
     torch_index, target = torch_source.loop_names(comprehension)
     count = len(elements)
     if all(
-        v0 == 0 and step == 1 and _list_length(low, function, places, node) == count
+        v0 == 0 and step == 1 and list_length(ctx, function, places, node) == count
         for node, v0, step in varying
     ):
-        lists: dict[str, tuple[ast.expr, str]] = {}
-        for node, _, _ in varying:
-            parent, _, _ = places[id(node)]
-            key = ast.dump(parent.value)  # type: ignore[attr-defined]
-            if key not in lists:
-                root = _chain_root(parent.value)  # type: ignore[attr-defined]
-                base = (target or "item") if root == "params" else f"{target or 'item'}_{root}"
-                lists[key] = (parent.value, function.scope.fresh(base, "loop"))  # type: ignore[attr-defined]
-            grand, attr, index = places[id(parent)]
-            put(grand, attr, index, named(lists[key][1]))
-        names = [named(n, ast.Store()) for _, n in lists.values()]
-        iterables = [copy.deepcopy(e) for e, _ in lists.values()]
-        loop_target = names[0] if len(names) == 1 else ast.Tuple(names, ast.Store())
-        iterable = iterables[0] if len(iterables) == 1 else ast.Call(named("zip"), iterables, [])
+        loop_target, iterable = list_header(function.scope, varying, places, lambda indexed, _: list_name(
+            indexed, target or "item", {}, False))
     else:
-        index_name = function.scope.fresh(torch_index or "i", "loop")
-        for node, v0, step in varying:
-            parent, attr, index = places[id(node)]
-            put(parent, attr, index, _affine(index_name, v0, step))
-        loop_target = named(index_name, ast.Store())
-        iterable = ast.Call(named("range"), [ast.Constant(count)], [])
+        loop_target, iterable = range_header(function.scope, varying, places, torch_index or "i", count)
     return ast.ListComp(holder.value, [ast.comprehension(loop_target, iterable, [], 0)])
 
 
-def _ints(tree: ast.AST) -> list[ast.Constant]:
-    """The integers under `tree` that may count up along a run, in field order: not the config a
-    call passes to a shared def (`stride=2`), which must be equal for the calls to be one loop."""
-    config = {
-        id(n) for call in ast.walk(tree) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-        for keyword in call.keywords for n in ast.walk(keyword)
-    }
-    return [
-        node for _, _, _, node in positions(tree)
-        if isinstance(node, ast.Constant) and type(node.value) is int and id(node) not in config
-    ]
+def _element_progressions(elements: list[ast.expr]) -> list[tuple[int, int]] | None:
+    """Each integer of the elements as (first value, step), if they are one form up to integers
+    that step evenly."""
+    forms = []
+    for element in elements:
+        copy_ = copy.deepcopy(element)
+        ints = counting_ints(ast.Expr(copy_))
+        values = [cast(int, n.value) for n in ints]  # `counting_ints` holds ints only
+        for n in ints:
+            n.value = 0
+        forms.append((ast.dump(copy_), values))
+    if any(f[0] != forms[0][0] or len(f[1]) != len(forms[0][1]) for f in forms):
+        return None
+    return even_steps([f[1] for f in forms])
 
 
 def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list[int], list[str]]:
@@ -399,7 +389,7 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
     uses: list[tuple[str, str]] = []
     ints: list[int] = []
     defined: list[str] = []
-    counted = {id(node) for node in _ints(module)}
+    counted = {id(node) for node in counting_ints(module)}
     for _, _, _, node in list(positions(module)):
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store):
@@ -410,13 +400,13 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
             else:
                 uses.append(("def", str(defined.index(node.id))) if node.id in defined else ("ext", node.id))
                 node.id = "_"
-        elif id(node) in counted:
-            ints.append(node.value)  # type: ignore[attr-defined]
-            node.value = 0  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Constant) and id(node) in counted:
+            ints.append(cast(int, node.value))
+            node.value = 0
     return ast.dump(module), uses, ints, defined
 
 
-def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> dict | None:
+def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> Pattern | None:
     """How the segments are one loop body: carried names, integer progressions."""
     forms = [_form(s) for s in segments]
     skeleton, _, ints0, _ = forms[0]
@@ -436,15 +426,12 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> dict | Non
                     return None
             elif use != use0:
                 return None
-    progressions = []
-    for values in zip(*(f[2] for f in forms)):
-        step = values[1] - values[0]
-        if any(v != values[0] + step * j for j, v in enumerate(values)):
-            return None
-        progressions.append((values[0], step))
+    progressions = even_steps([f[2] for f in forms])
+    if progressions is None:
+        return None
     # After the run: only the last segment's values by name, earlier ones only as one list each.
     later = ast.Module(after, [])
-    collected: dict[int, ast.AST] = {}
+    collected: dict[int, ast.List | ast.Tuple] = {}
     for m in range(len(defined[0])):
         names = [d[m] for d in defined]
         lists = [
@@ -455,7 +442,7 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> dict | Non
         if lists:
             collected[m] = lists[0]
     earlier = {name: m for d in defined[:-1] for m, name in enumerate(d)}
-    allowed = {id(e) for node in collected.values() for e in node.elts}  # type: ignore[attr-defined]
+    allowed = {id(e) for node in collected.values() for e in node.elts}
     for node in ast.walk(later):
         if isinstance(node, ast.Name) and node.id in earlier and id(node) not in allowed:
             return None
@@ -465,4 +452,4 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> dict | Non
             return None
     if any(isinstance(n, ast.Name) and n.id in init_uses for n in ast.walk(later)):
         return None
-    return {"carries": carries, "progressions": progressions, "defined": defined, "collected": collected}
+    return Pattern(defined, carries, progressions, collected)

@@ -112,7 +112,8 @@ def paths_expr(leaves: list[tuple[str, ast.expr]]) -> ast.expr:
 
 def _tree_expr(tree: Any) -> ast.expr:
     if not isinstance(tree, dict):
-        return tree
+        leaf: ast.expr = tree
+        return leaf
     keys = list(tree)
     if all(isinstance(k, int) for k in keys):  # positions kept: a result not computed here is None
         items = [_tree_expr(tree[k]) if k in tree else ast.Constant(None) for k in range(max(keys) + 1)]
@@ -144,11 +145,12 @@ def _constant(value: Any) -> ast.expr:
     """A returned Python value as a literal of the export, or refused (never its repr as a string)."""
     expr = value_expr(value)
     if expr is None:
-        error = OutputError(f"the entry returns a {type(value).__qualname__} ({_short(value)}), which the "
-                            "export cannot rebuild as a value")
-        error.fix = ("return tensors, numbers, strings, bytes, dtypes, slices, ranges, sets and "
-                     "containers of them; drop or convert the rest (a generator: a tuple)")
-        raise error
+        raise OutputError(
+            f"the entry returns a {type(value).__qualname__} ({_short(value)}), which the export cannot "
+            "rebuild as a value",
+            fix="return tensors, numbers, strings, bytes, dtypes, slices, ranges, sets and containers of "
+            "them; drop or convert the rest (a generator: a tuple)",
+        )
     return expr
 
 
@@ -176,12 +178,12 @@ def nested_dict(entries: dict[str, ast.expr], tree: Tree, anchor: str) -> ast.ex
         if prefix in tree.lists and sorted(int(k) for k in keys) == list(range(tree.lengths[prefix])):
             ordered = [v for _, v in sorted(zip((int(k) for k in keys), values), key=lambda kv: kv[0])]
             return ast.List(ordered, ast.Load())
-        constants = [ast.Constant(int(k) if prefix in tree.lists else k) for k in keys]
+        constants: list[ast.expr | None] = [ast.Constant(int(k) if prefix in tree.lists else k) for k in keys]
         return ast.Dict(constants, values)
 
     result = build(nested, anchor)
     if splats and isinstance(result, ast.Dict):
-        result.keys = [None] * len(splats) + result.keys
+        result.keys = [*(None for _ in splats), *result.keys]
         result.values = splats + result.values
     return result
 
@@ -192,12 +194,12 @@ def _join(prefix: str, part: str) -> str:
 
 def plain_params(function: Function) -> list[tuple[str, int]]:
     """`(parameter, operand position)` for the parameters that take one operand."""
-    count = len(function.packing) if function.packing else len(function.operands)
+    count = len(function.calling.packing) if function.calling.packing else len(function.calling.operands)
     names = function.params[len(function.params) - count :]
-    if not function.packing:
-        return list(zip(names, range(len(function.operands))))
+    if not function.calling.packing:
+        return list(zip(names, range(len(function.calling.operands))))
     result, position = [], 0
-    for name, pack in zip(names, function.packing):
+    for name, pack in zip(names, function.calling.packing):
         if pack is None:
             result.append((name, position))
             position += 1
@@ -207,10 +209,10 @@ def plain_params(function: Function) -> list[tuple[str, int]]:
 
 def call_args(function: Function, values: list[ast.expr]) -> list[ast.expr]:
     """The arguments that pass these operand expressions (pytree parameters rebuilt)."""
-    if not any(function.packing):
+    if not any(function.calling.packing):
         return list(values)
     args, position = [], 0
-    for pack in function.packing:
+    for pack in function.calling.packing:
         if pack is None:
             args.append(values[position])
             position += 1

@@ -60,8 +60,8 @@ def _lower(trace: Trace) -> Program:
     root = tree.root
     tree.hoist(root)
     groups = tree.group(root)
-    entry_base = "forward" if ctx.module_entry else naming.function_name(root.call.function)
-    entry_name = ctx.module.fresh(entry_base, "local")
+    entry_base = "forward" if ctx.roles.module_entry else naming.function_name(root.call.function)
+    entry_name = ctx.module.scope.fresh(entry_base, "local")
     for height in sorted({g.height for g in groups}):
         level = [g for g in groups if g.height == height]
         for group in level:
@@ -75,7 +75,7 @@ def _lower(trace: Trace) -> Program:
                 function.name = (
                     entry_name
                     if is_entry
-                    else ctx.module.fresh(
+                    else ctx.module.scope.fresh(
                         naming.function_name(group.nodes[0].call.function) + kinds.get(id(function), ""),
                         "local",
                     )
@@ -89,20 +89,21 @@ def _lower(trace: Trace) -> Program:
     for function in functions:
         reroll(ctx, function, defs)
         function.doc = _docstring(function)
-    entry = root.group.function
-    arg_names = entry.params[int(entry.uses_params) + int(entry.uses_state) :]
+    entry = root.group.function if root.group is not None else None
+    assert entry is not None  # the root's group is written first
+    arg_names = entry.params[int(entry.calling.uses_params) + int(entry.calling.uses_state) :]
     return Program(
         trace=trace,
         functions=functions,
-        helpers=ctx.helpers,
-        constants=ctx.constants,
+        helpers=ctx.module.helpers,
+        constants=ctx.module.constants,
         entry=entry,
         arg_names=arg_names,
         param_paths=[
-            i.name for i in trace.inputs if i.kind != "arg" and i.name not in ctx.state_final
+            i.name for i in trace.inputs if i.kind != "arg" and i.name not in ctx.roles.state_final
         ],
-        state_paths=list(ctx.state_final),
-        fallbacks=ctx.fallbacks,
+        state_paths=list(ctx.roles.state_final),
+        fallbacks=ctx.module.fallbacks,
     )
 
 

@@ -100,13 +100,17 @@ class _Rename(ast.NodeTransformer):
 def _apply(function: Function, renames: dict[str, str]) -> None:
     rename = _Rename(renames)
 
-    def expr(node: ast.expr | None) -> ast.expr | None:
+    def renamed(node: ast.expr) -> ast.expr:
         # A copy: statements may share `ast` nodes, and each must be renamed once.
-        return None if node is None else rename.visit(copy.deepcopy(node))
+        copied: ast.expr = rename.visit(copy.deepcopy(node))
+        return copied
+
+    def expr(node: ast.expr | None) -> ast.expr | None:
+        return None if node is None else renamed(node)
 
     def statement(s: Statement) -> None:
         s.targets = [renames.get(t, t) for t in s.targets]
-        s.value = expr(s.value)  # type: ignore[assignment]
+        s.value = renamed(s.value)
         s.target = expr(s.target)
         if isinstance(s, Loop):
             s.loop_target = expr(s.loop_target)

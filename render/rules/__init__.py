@@ -8,9 +8,10 @@ that are jaxpr literals are rendered here from the literal itself, so their dtyp
 ``jax.extend.core.primitives.<name>_p.bind(*args, **params)``.
 
 Rules live in modules by family (`elementwise`, `shapes`, `reductions`, `linalg`, `draws`,
-`known_calls`, `control`); each family keeps its own table and `RULES` is their union, built
-here in that order: a primitive with two rules is an error at import.  To add a rule, add a
-`@rule("name")` function to its family's module (see docs/architecture.md).
+`known_calls`, `control`, and `idioms`, whose one rule writes the runs `fuse` joined); each family
+keeps its own table and `RULES` is their union, built here in that order: a primitive with two
+rules is an error at import.  To add a rule, add a `@rule("name")` function to its family's module
+(see docs/architecture.md).
 
 Every rule is exact: the code it writes evaluates to the same bits under `jax.jit`, and
 re-traces to the same primitive with the same params unless it is one of the `REWRITES`

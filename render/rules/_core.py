@@ -131,6 +131,12 @@ class Candidate(NamedTuple):
     default the one result of the equation the run ends in."""
 
 
+Proposal = Candidate | tuple[str, list[Any]]
+"""What a pattern proposes: a `Candidate`, or `(code, operands)` for a plain one."""
+Pair = tuple[str, list[Any]]
+"""A plain proposal: `(code, operands)`."""
+
+
 def registrar(table: dict[str, Rule]) -> Callable[..., Callable[[Rule], Rule]]:
     """`@rule("neg")` for a family's `table`: one rule per primitive, a second one is an error."""
 
@@ -234,7 +240,7 @@ def scalar(value: Any, dtype: Any) -> ast.expr:
     """A Python number that converts back to exactly `value` in `dtype`: `0.1`, not `0.10000000149011612`."""
     dtype = np.dtype(dtype)
     if dtype.kind in "iub":
-        return _number(int(value))
+        return number_literal(int(value))
     if dtype.kind == "c":
         return ast.Call(ast.Name("complex", ast.Load()), [scalar(value.real, np.float64), scalar(
             value.imag, np.float64)], [])
@@ -243,18 +249,19 @@ def scalar(value: Any, dtype: Any) -> ast.expr:
         short = float(str(dtype.type(value)))
         if np.array(short).astype(dtype).tobytes() == np.array(value, dtype).tobytes():
             as_float = short
-    return _number(as_float)
+    return number_literal(as_float)
 
 
 def loose(eqn: Any, args: list[ast.expr], i: int) -> ast.expr:
     """Operand `i` for a `jnp` operator: a literal may drop its dtype wrapper when the other
     operand, a traced non-weak array of the same dtype, decides the result type anyway."""
     var = eqn.invars[i]
-    if not isinstance(var, Literal) or var.aval.weak_type:
+    if not isinstance(var, Literal) or aval_of(var).weak_type:
         return args[i]
     others = [v for j, v in enumerate(eqn.invars) if j != i]
     if any(
-        not isinstance(v, Literal) and not v.aval.weak_type and v.aval.dtype == var.aval.dtype for v in others
+        not isinstance(v, Literal) and not v.aval.weak_type and v.aval.dtype == aval_of(var).dtype
+        for v in others
     ):
         value = args[i]
         if isinstance(value, ast.Call) and len(value.args) == 1:
@@ -262,18 +269,18 @@ def loose(eqn: Any, args: list[ast.expr], i: int) -> ast.expr:
     return args[i]
 
 
-def _promotes_to_itself(eqn: Any, args: Sequence[ast.expr] | None = None) -> bool:
+def promotes_to_itself(eqn: Any, args: Sequence[ast.expr] | None = None) -> bool:
     """Whether `jnp` type promotion, given these operand expressions, leaves the operands alone.
 
     All share one dtype, at least one is traced, and each traced one already has the result's
     weak type (weak only if every operand is: a bare Python number is, a `jnp.float32(2.0)` is
     not).  Otherwise `jnp` converts a traced operand, an equation the original does not have.
     """
-    traced = [v for v in eqn.invars if _is_traced(v)]
-    if not traced or len({_dtype(v) for v in eqn.invars}) != 1:
+    traced = [v for v in eqn.invars if is_traced(v)]
+    if not traced or len({dtype_of(v) for v in eqn.invars}) != 1:
         return False
     args = args if args is not None else [ast.Name("_", ast.Load())] * len(eqn.invars)
-    weak = all(v.aval.weak_type if _is_traced(v) else _is_python_number(a) for v, a in zip(eqn.invars, args))
+    weak = all(v.aval.weak_type if is_traced(v) else _is_python_number(a) for v, a in zip(eqn.invars, args))
     return all(v.aval.weak_type == weak for v in traced)
 
 
@@ -284,25 +291,32 @@ def _is_python_number(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) or (isinstance(node, ast.Attribute) and node.attr in ("inf", "nan"))
 
 
-def _is_traced(var: Any) -> bool:
+def is_traced(var: Any) -> bool:
     return not isinstance(var, Literal)
 
 
-def _dtype(var: Any) -> np.dtype:
-    return np.dtype(var.aval.dtype)
+def dtype_of(var: Any) -> np.dtype[Any]:
+    dtype: np.dtype[Any] = np.dtype(var.aval.dtype)
+    return dtype
 
 
-def _is_float(var: Any) -> bool:
+def aval_of(var: Any) -> Any:
+    """A value's abstract value (`ShapedArray`: shape, dtype, weak_type), which jax types as its
+    base class (a `Literal`'s too)."""
+    return var.aval
+
+
+def is_float(var: Any) -> bool:
     return jnp.issubdtype(var.aval.dtype, jnp.inexact)
 
 
 
-def _non_default(params: dict[str, Any], defaults: dict[str, Any]) -> list[ast.keyword]:
+def non_default(params: dict[str, Any], defaults: dict[str, Any]) -> list[ast.keyword]:
     """Keywords for the params that differ from the function's defaults."""
     return [kw(k, params[k]) for k, default in defaults.items() if params[k] != default]
 
 
-def _lambda_args(names: list[str]) -> ast.arguments:
+def lambda_args(names: list[str]) -> ast.arguments:
     return ast.arguments([], [ast.arg(n) for n in names], None, [], [], None, [])
 
 
@@ -328,16 +342,16 @@ def kw(name: str, value: Any, emitter: Emitter | None = None) -> ast.keyword:
 
 def literal(value: Any, emitter: Emitter | None = None) -> ast.expr:
     """Source for a parameter value: Python scalars and containers, dtypes, enums, lax records."""
-    if isinstance(value, ast.AST):
+    if isinstance(value, ast.expr):
         return value
     if value is None or isinstance(value, (bool, str)):
         return ast.Constant(value)
     if isinstance(value, enum.Enum):
         return dotted(f"{class_path(type(value))}.{value.name}")
     if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
-        return _number(value)
+        return number_literal(value)
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
-        return _number(value.item())
+        return number_literal(value.item())
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
         node = ast.Tuple if isinstance(value, tuple) else ast.List
         return node([literal(v, emitter) for v in value], ast.Load())
@@ -368,7 +382,7 @@ def _is_dtype(value: Any) -> bool:
     return True
 
 
-def _number(value: Any) -> ast.expr:
+def number_literal(value: Any) -> ast.expr:
     value = value.item() if isinstance(value, np.generic) else value
     if isinstance(value, float) and not np.isfinite(value):
         text = "inf" if value > 0 else "-inf" if value < 0 else "nan"
@@ -378,11 +392,16 @@ def _number(value: Any) -> ast.expr:
     return ast.Constant(value)
 
 
-@functools.cache
+_CLASS_PATHS: dict[type, str] = {}
+
+
 def class_path(cls: type) -> str:
     """Where a jax class is reachable, publicly if it is (`jax.lax.GatherScatterMode`)."""
-    for home in ("jax.lax", "jax.lax.linalg", "jax"):
-        if getattr(importlib.import_module(home), cls.__name__, None) is cls:
-            return f"{home}.{cls.__name__}"
-    return f"{cls.__module__}.{cls.__qualname__}"
+    found = _CLASS_PATHS.get(cls)
+    if found is None:
+        homes = ("jax.lax", "jax.lax.linalg", "jax")
+        home = next((h for h in homes if getattr(importlib.import_module(h), cls.__name__, None) is cls), "")
+        found = f"{home}.{cls.__name__}" if home else f"{cls.__module__}.{cls.__qualname__}"
+        _CLASS_PATHS[cls] = found
+    return found
 

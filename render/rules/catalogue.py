@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Candidate, Graph, _is_traced
+from jaxside.render.rules._core import Candidate, Graph, is_traced
 
 
 class Entry(NamedTuple):
@@ -51,7 +51,7 @@ def _histogram(eqn: Any, graph: Graph) -> dict[str, Any] | None:
     while todo and len(seen) < 64:
         e = todo.pop(0)  # (breadth first: the edges are near, the input may be far)
         for v in e.invars:
-            if not _is_traced(v) or id(v) in seen:
+            if not is_traced(v) or id(v) in seen:
                 continue
             seen.add(id(v))
             value = graph.constant(v)
@@ -212,7 +212,7 @@ def _operands(staged: Any, eqn: Any, graph: Graph) -> list[Any] | None:
     def walk(sv: Any, ov: Any, oe: Any = None) -> bool:
         if isinstance(sv, Literal):
             return isinstance(ov, Literal)
-        if not _is_traced(ov):
+        if not is_traced(ov):
             return False
         if sv in staged.invars:
             return bound.setdefault(sv, ov) is ov

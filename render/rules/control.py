@@ -20,12 +20,13 @@ from jax.extend.core import ClosedJaxpr, Literal
 
 from jaxside.render.rules._core import (
     Rule,
-    _lambda_args,
     atom_expr,
+    aval_of,
     call,
     dotted,
     exact,
     kw,
+    lambda_args,
     literal,
     registrar,
 )
@@ -111,7 +112,7 @@ def _fori(eqn: Any) -> tuple[int, int] | None:
     start = eqn.invars[n_consts]
     if not isinstance(start, Literal) or np.ndim(start.val):
         return None
-    if not np.issubdtype(start.aval.dtype, np.integer):
+    if not np.issubdtype(aval_of(start).dtype, np.integer):
         return None
     counter = body.invars[n_consts]
     for index, inner in enumerate(body.eqns):
@@ -207,8 +208,8 @@ def _while_lambdas(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr
     body = emitter.function(p["body_jaxpr"], "body")
     # The loop closes over the consts, as the code that built it did: jax lifts them back out.
     carry: list[ast.expr] = [_CARRY] if len(init) == 1 else [ast.Starred(_CARRY, ast.Load())]
-    cond_fn = ast.Lambda(_lambda_args([_CARRY.id]), call(cond, [*cond_consts, *carry]))
-    body_fn = ast.Lambda(_lambda_args([_CARRY.id]), call(body, [*body_consts, *carry]))
+    cond_fn = ast.Lambda(lambda_args([_CARRY.id]), call(cond, [*cond_consts, *carry]))
+    body_fn = ast.Lambda(lambda_args([_CARRY.id]), call(body, [*body_consts, *carry]))
     start = init[0] if len(init) == 1 else ast.Tuple(list(init), ast.Load())
     return call("lax.while_loop", [cond_fn, body_fn, start])
 
@@ -237,6 +238,7 @@ def _cond(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     fns = [emitter.nested(branch, f"branch_{i}", signature) for i, branch in enumerate(branches)]
     if pred is not None:
         return call("lax.cond", [pred, fns[1], fns[0], *operands])
+    assert clamped is not None  # (returned above without either)
     return call("lax.switch", [clamped, ast.List(fns, ast.Load()), *operands])
 
 

@@ -9,11 +9,11 @@ import numpy as np
 
 from jaxside.render.rules._core import (
     Rule,
-    _number,
     call,
     dtype_expr,
     kw,
     literal,
+    number_literal,
     registrar,
 )
 from jaxside.render.rules.emitter import Emitter
@@ -40,7 +40,8 @@ def _random_seed(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 @rule("random_split")
 def _random_split(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     shape = tuple(eqn.params["shape"])
-    return call("jax.random.split", [args[0], _number(shape[0]) if len(shape) == 1 else literal(shape)])
+    count = number_literal(shape[0]) if len(shape) == 1 else literal(shape)
+    return call("jax.random.split", [args[0], count])
 
 
 @rule("random_fold_in")

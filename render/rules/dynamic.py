@@ -11,19 +11,19 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Graph, _is_traced
+from jaxside.render.rules._core import Graph, Pair, is_traced
 
 
-def dynamic_slice(eqn: Any, graph: Graph) -> list[tuple[str, list[Any]]]:
+def dynamic_slice(eqn: Any, graph: Graph) -> list[Pair]:
     """`lax.dynamic_slice_in_dim(x, i, 64, axis=1)`, `lax.dynamic_update_slice_in_dim(x, u, i, axis=1)`
     (`lax.dynamic_slice(x, (i, j), sizes)` where several starts move): the wraps of negative starts
     jax stages, and the slice."""
     update = eqn.primitive.name == "dynamic_update_slice"
     fixed = eqn.invars[:2] if update else eqn.invars[:1]
     starts = eqn.invars[len(fixed):]
-    if not all(_is_traced(v) for v in fixed):
+    if not all(is_traced(v) for v in fixed):
         return []
-    if not all(_is_traced(s) or isinstance(s, Literal) for s in starts):
+    if not all(is_traced(s) or isinstance(s, Literal) for s in starts):
         return []
     candidates = []
     for unwrap in (True, False):
@@ -48,7 +48,7 @@ def _unwrapped(start: Any, graph: Graph) -> Any:
     wrap = graph.producer(start)
     if wrap is None or wrap.primitive.name != "select_n" or len(wrap.invars) != 3:
         return None
-    return wrap.invars[1] if _is_traced(wrap.invars[1]) else None
+    return wrap.invars[1] if is_traced(wrap.invars[1]) else None
 
 
 def _code(eqn: Any, update: bool, starts: list[str]) -> str:

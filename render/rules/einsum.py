@@ -11,16 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from jaxside.render.rules._core import Candidate, Graph, _is_traced
+from jaxside.render.rules._core import Graph, Proposal, is_traced
 from jaxside.render.rules.linalg import matmul
 
 
-def einsum(eqn: Any, graph: Graph) -> list[Candidate]:
+def einsum(eqn: Any, graph: Graph) -> list[Proposal]:
     """'jnp.einsum("ab,abc->ac", x, y)' for a 'dot_general' that is not a plain matmul (batch axes
     elsewhere than in front, several contracted axes, an outer product), and with the
     'transpose' of its result jnp adds when the output's axes come in another order."""
     if eqn.primitive.name == "transpose":
-        dot = graph.producer(eqn.invars[0]) if _is_traced(eqn.invars[0]) else None
+        dot = graph.producer(eqn.invars[0]) if is_traced(eqn.invars[0]) else None
         if dot is None or dot.primitive.name != "dot_general":
             return []
         perm = tuple(eqn.params["permutation"])
@@ -64,4 +64,5 @@ _LETTERS = string.ascii_lowercase
 def _relabel(spec: str) -> str:
     """The spec with its letters renamed a, b, c, ... in order of first appearance."""
     order = {c: None for c in spec if c.isalpha()}
-    return spec.translate(str.maketrans(dict(zip(order, _LETTERS))))
+    letters: dict[str, str | int | None] = dict(zip(order, _LETTERS))
+    return spec.translate(str.maketrans(letters))

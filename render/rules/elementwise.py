@@ -11,16 +11,16 @@ from jax.extend.core import Literal
 
 from jaxside.render.rules._core import (
     Rule,
-    _dtype,
-    _is_float,
-    _is_traced,
-    _number,
-    _promotes_to_itself,
     call,
     dtype_expr,
+    dtype_of,
     exact,
+    is_float,
+    is_traced,
     kw,
     loose,
+    number_literal,
+    promotes_to_itself,
     registrar,
     rewritten,
     typed_literal,
@@ -56,8 +56,8 @@ def _unary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     (x,) = eqn.invars
     idiom = _JNP_FLOAT_UNARY.get(name)
     accuracy = params.pop("accuracy", None)
-    if idiom and accuracy is None and not params and _is_traced(x) and (
-        _is_float(x) or (name in _SIGNED_INT_UNARY and jnp.issubdtype(_dtype(x), jnp.signedinteger))
+    if idiom and accuracy is None and not params and is_traced(x) and (
+        is_float(x) or (name in _SIGNED_INT_UNARY and jnp.issubdtype(dtype_of(x), jnp.signedinteger))
     ):
         return call(idiom, args)
     keywords = [kw("accuracy", accuracy, emitter)] if accuracy is not None else []
@@ -67,14 +67,14 @@ def _unary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 @rule("neg")
 def _neg(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    if _is_traced(eqn.invars[0]) and _dtype(eqn.invars[0]) != np.bool_:
+    if is_traced(eqn.invars[0]) and dtype_of(eqn.invars[0]) != np.bool_:
         return ast.UnaryOp(ast.USub(), args[0])
     return call("lax.neg", args)
 
 
 @rule("not")
 def _not(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    if _is_traced(eqn.invars[0]):
+    if is_traced(eqn.invars[0]):
         return ast.UnaryOp(ast.Invert(), args[0])
     return call("lax.bitwise_not", args)
 
@@ -98,8 +98,8 @@ def _copy(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 def _integer_pow(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     (x,), y = eqn.invars, eqn.params["y"]
     # `x ** y` binds integer_pow for a Python int exponent (negative ones only for floats).
-    if _is_traced(x) and (y >= 0 or _is_float(x)) and _dtype(x) != np.bool_:
-        return ast.BinOp(args[0], ast.Pow(), _number(y))
+    if is_traced(x) and (y >= 0 or is_float(x)) and dtype_of(x) != np.bool_:
+        return ast.BinOp(args[0], ast.Pow(), number_literal(y))
     return call("lax.integer_pow", args, [kw("y", y)])
 
 
@@ -132,7 +132,7 @@ def _binary(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if name in _COMPARISONS and isinstance(a, Literal):
         # A Python number on the left flips the comparison (`2.0 < x` runs `x > 2.0`): type it.
         left = typed_literal(a)
-    if params or not _promotes_to_itself(eqn, [left, right]) or not _operator_exact(name, eqn):
+    if params or not promotes_to_itself(eqn, [left, right]) or not _operator_exact(name, eqn):
         keywords = [kw(k, v, emitter) for k, v in params.items()]
         return call(f"lax.{_LAX_BINARY[name]}", args, keywords)
     if name in _COMPARISONS:
@@ -154,20 +154,20 @@ def _identity_operand(eqn: Any) -> int | None:
         return None
     for i, j in ((0, 1), (1, 0)):
         x, other = eqn.invars[i], eqn.invars[j]
-        if not _is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
+        if not is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
             continue
         if x.aval != eqn.outvars[0].aval:
             continue
         value = np.asarray(other.val)
         if name in ("and", "or"):
-            if _dtype(x) == np.bool_ and value.dtype == np.bool_ and bool(value) == (name == "and"):
+            if dtype_of(x) == np.bool_ and value.dtype == np.bool_ and bool(value) == (name == "and"):
                 return i
             continue
         if not (_is_real(x) and _is_real(other)):
             continue
         if name == "mul" and value == 1:
             return i
-        integer = jnp.issubdtype(_dtype(x), jnp.integer)
+        integer = jnp.issubdtype(dtype_of(x), jnp.integer)
         if name == "add" and value == 0 and (integer or bool(np.signbit(value))):
             return i
     return None
@@ -180,21 +180,21 @@ def _negated_operand(eqn: Any) -> int | None:
         return None
     for i, j in ((0, 1), (1, 0)):
         x, other = eqn.invars[i], eqn.invars[j]
-        if not _is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
+        if not is_traced(x) or not isinstance(other, Literal) or np.ndim(other.val) != 0:
             continue
-        signed = jnp.issubdtype(_dtype(x), jnp.floating) or jnp.issubdtype(_dtype(x), jnp.signedinteger)
+        signed = jnp.issubdtype(dtype_of(x), jnp.floating) or jnp.issubdtype(dtype_of(x), jnp.signedinteger)
         if signed and x.aval == eqn.outvars[0].aval and np.asarray(other.val) == -1:
             return i
     return None
 
 
 def _is_real(var: Any) -> bool:
-    return bool(jnp.issubdtype(_dtype(var), jnp.integer) or jnp.issubdtype(_dtype(var), jnp.floating))
+    return bool(jnp.issubdtype(dtype_of(var), jnp.integer) or jnp.issubdtype(dtype_of(var), jnp.floating))
 
 
 def _operator_exact(name: str, eqn: Any) -> bool:
     """Whether the `jnp` operator binds exactly this primitive for these operand types."""
-    dtype = _dtype(eqn.invars[0])
+    dtype = dtype_of(eqn.invars[0])
     if name == "div":
         return jnp.issubdtype(dtype, jnp.inexact)  # `/` is true division
     if name in ("and", "or", "xor"):
@@ -202,7 +202,7 @@ def _operator_exact(name: str, eqn: Any) -> bool:
     if name in ("add", "sub", "mul"):
         return dtype != np.bool_  # jnp turns `+` on bools into `or`
     if name == "pow":  # `x ** 2.0` binds pow; an int exponent binds integer_pow, int `x` a loop
-        return jnp.issubdtype(dtype, jnp.inexact) and jnp.issubdtype(_dtype(eqn.invars[1]), jnp.inexact)
+        return jnp.issubdtype(dtype, jnp.inexact) and jnp.issubdtype(dtype_of(eqn.invars[1]), jnp.inexact)
     return True
 
 
@@ -210,7 +210,7 @@ def _operator_exact(name: str, eqn: Any) -> bool:
 def _max_min(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     name = {"max": "jnp.maximum", "min": "jnp.minimum"}[eqn.primitive.name]
     operands_ = [loose(eqn, args, 0), loose(eqn, args, 1)]
-    if _promotes_to_itself(eqn, operands_) and _dtype(eqn.invars[0]) != np.bool_:
+    if promotes_to_itself(eqn, operands_) and dtype_of(eqn.invars[0]) != np.bool_:
         return call(name, operands_)
     return call(f"lax.{eqn.primitive.name}", args)
 
@@ -233,7 +233,7 @@ def _conj(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 @rule("select_n")
 def _select_n(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     # select_n(pred, on_false, on_true): lax.select takes them the other way round.
-    if len(args) == 3 and _dtype(eqn.invars[0]) == np.bool_:
+    if len(args) == 3 and dtype_of(eqn.invars[0]) == np.bool_:
         return call("lax.select", [args[0], args[2], args[1]])
     return call("lax.select_n", args)
 
@@ -249,7 +249,7 @@ def _convert(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if params.get("weak_type") or params.get("sharding") is not None:
         return exact(eqn, args, emitter)
     dtype = dtype_expr(params["new_dtype"])
-    if _is_traced(x) and not (x.aval.weak_type and _dtype(x) == np.dtype(params["new_dtype"])):
+    if is_traced(x) and not (x.aval.weak_type and dtype_of(x) == np.dtype(params["new_dtype"])):
         return call(ast.Attribute(args[0], "astype", ast.Load()), [dtype])
     return call("lax.convert_element_type", [args[0], dtype])
 

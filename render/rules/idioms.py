@@ -29,13 +29,13 @@ fused program the same way as single equations.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from jax.extend.core import Literal, Primitive
 
-from jaxside.render.rules._core import Candidate, Graph, Rule, _is_traced, registrar, rewritten
+from jaxside.render.rules._core import Candidate, Graph, Pair, Proposal, Rule, is_traced, registrar, rewritten
 from jaxside.render.rules.draw_calls import key_split
 from jaxside.render.rules.dynamic import dynamic_slice
 from jaxside.render.rules.einsum import einsum
@@ -85,7 +85,7 @@ def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
     wrapped: list[Any] = []
 
     def walk(v: Any) -> None:
-        if not _is_traced(v):
+        if not is_traced(v):
             return
         eqn = graph.producer(v)
         name = eqn.primitive.name if eqn is not None else None
@@ -108,7 +108,7 @@ def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
 
 def _negative_test(where: Any, graph: Graph) -> bool:
     """Whether a `jnp.where` is a wrap's (`i < 0`), not torch's (`where(valid, t, 0)` of nll_loss)."""
-    test = graph.producer(where.invars[0]) if _is_traced(where.invars[0]) else None
+    test = graph.producer(where.invars[0]) if is_traced(where.invars[0]) else None
     return test is not None and test.primitive.name == "lt"
 
 
@@ -124,16 +124,16 @@ def _subscript(ndim: int, axes: tuple[int, ...], indices: list[str]) -> str:
     return ", ".join(items)
 
 
-def _gather(eqn: Any, graph: Graph) -> list[Candidate]:
+def _gather(eqn: Any, graph: Graph) -> list[Pair]:
     """`x[i]`, `x[:, :, i]`, `x[i, j]`: the index wrap (`i + n` where `i < 0`), the broadcasts and
     the `gather` (mode `PROMISE_IN_BOUNDS`) jnp stages for integer-array indexing."""
     x, indices = eqn.invars
-    if not _is_traced(x):
+    if not is_traced(x):
         return []
     axes = tuple(eqn.params["dimension_numbers"].start_index_map)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
-    candidates = []
+    candidates: list[Pair] = []
     for leaves in _index_leaves(indices, graph):
         if len(leaves) == len(axes):
             for items, operands in _written_indices(leaves, graph):
@@ -179,17 +179,17 @@ _AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "sc
 _UPDATE_PREP = frozenset({"broadcast_in_dim", "reshape", "convert_element_type"})
 
 
-def _scatter(eqn: Any, graph: Graph) -> list[Candidate]:
+def _scatter(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
     broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
     x, indices, updates = eqn.invars
-    if not _is_traced(x):
+    if not is_traced(x):
         return []
     axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
     if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
         return []
     method = _AT_METHODS[eqn.primitive.name]
-    candidates = []
+    candidates: list[Proposal] = []
     for leaves in _index_leaves(indices, graph):
         for items, operands in _written_indices(leaves, graph) if len(leaves) == len(axes) else ():
             index = _subscript(x.aval.ndim, axes, items)
@@ -203,23 +203,23 @@ def _update_values(updates: Any, graph: Graph) -> Iterator[Any]:
     """The value a scatter writes, as given (`updates` itself first, then before jnp's broadcasts)."""
     seen = updates
     while True:
-        if _is_traced(seen):
+        if is_traced(seen):
             yield seen
-        eqn = graph.producer(seen) if _is_traced(seen) else None
+        eqn = graph.producer(seen) if is_traced(seen) else None
         if eqn is None or eqn.primitive.name not in _UPDATE_PREP:
             return
         seen = eqn.invars[0]
 
 
-def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
+def _squeeze(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x[:, :, 0]` (`x[..., 0]` for the last axis) for the slice and squeeze jnp stages for an
     integer index.  And `r, s, t = jnp.unstack(x, axis=1)` for torch.unbind's split into parts of
     one, each squeezed (the rewrite `unstack_parts`)."""
     (sliced,) = eqn.invars
-    source = graph.producer(sliced) if _is_traced(sliced) else None
+    source = graph.producer(sliced) if is_traced(sliced) else None
     if source is not None and source.primitive.name == "split":
         return _unstack(eqn, source, graph)
-    if source is not None and source.primitive.name == "slice" and _is_traced(source.invars[0]):
+    if source is not None and source.primitive.name == "slice" and is_traced(source.invars[0]):
         found = key_split(eqn, graph)  # (`key, dropout_key = jax.random.split(key)`)
         if found:
             return found
@@ -237,13 +237,13 @@ def _squeeze(eqn: Any, graph: Graph) -> list[Candidate]:
     items[dims[0]] = str(starts[dims[0]])
     while items[-1] == ":":
         items.pop()
-    candidates = [(f"_0[{', '.join(items)}]", [x])]
+    candidates: list[Proposal] = [(f"_0[{', '.join(items)}]", [x])]
     if len(items) > 2 and all(item == ":" for item in items[:-1]):
         candidates.insert(0, (f"_0[..., {items[-1]}]", [x]))
     return candidates
 
 
-def _unstack(eqn: Any, split: Any, graph: Graph) -> list[Candidate]:
+def _unstack(eqn: Any, split: Any, graph: Graph) -> list[Proposal]:
     axis, n = split.params["axis"], len(split.params["sizes"])
     if set(split.params["sizes"]) != {1} or n < 2 or tuple(eqn.params["dimensions"]) != (axis,):
         return []
@@ -263,22 +263,22 @@ def _axis(axes: tuple[int, ...]) -> str:
     return str(axes[0]) if len(axes) == 1 else str(tuple(axes))
 
 
-def _div(eqn: Any, graph: Graph) -> list[Candidate]:
+def _div(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.mean(x, axis, keepdims=True)` and `jax.nn.softmax(x, axis)` end in a division (and
     `x / y` with rank promotion, as for the other operators)."""
     numerator, denominator = eqn.invars
-    candidates = []
-    top = graph.producer(numerator) if _is_traced(numerator) else None
-    if top is not None and top.primitive.name == "broadcast_in_dim" and _is_traced(top.invars[0]):
+    candidates: list[Proposal] = []
+    top = graph.producer(numerator) if is_traced(numerator) else None
+    if top is not None and top.primitive.name == "broadcast_in_dim" and is_traced(top.invars[0]):
         top = graph.producer(top.invars[0])
     if top is not None and top.primitive.name == "reduce_sum" and isinstance(denominator, Literal):
         axes = tuple(top.params["axes"])
         keep = ", keepdims=True" if eqn.outvars[0].aval.ndim == top.invars[0].aval.ndim else ""
         candidates.append((f"jnp.mean(_0, axis={_axis(axes)}{keep})", [top.invars[0]]))
-    exp = graph.producer(numerator) if _is_traced(numerator) else None
+    exp = graph.producer(numerator) if is_traced(numerator) else None
     shifted = graph.producer(exp.invars[0]) if exp is not None and exp.primitive.name == "exp" else None
-    if shifted is not None and shifted.primitive.name == "sub" and _is_traced(shifted.invars[0]):
-        total = graph.producer(denominator) if _is_traced(denominator) else None
+    if shifted is not None and shifted.primitive.name == "sub" and is_traced(shifted.invars[0]):
+        total = graph.producer(denominator) if is_traced(denominator) else None
         while total is not None and total.primitive.name == "broadcast_in_dim":
             total = graph.producer(total.invars[0])
         if total is not None and total.primitive.name == "reduce_sum":
@@ -287,12 +287,12 @@ def _div(eqn: Any, graph: Graph) -> list[Candidate]:
     return candidates + _promoted(eqn, graph)
 
 
-def _broadcast(eqn: Any, graph: Graph) -> list[Candidate]:
+def _broadcast(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x[None, None, i]`: jnp gathers, then puts the new axes in front.  And `x[:, None, :, 0]`:
     the slice and squeeze of an integer index, then the new axes."""
     (value,) = eqn.invars
-    source = graph.producer(value) if _is_traced(value) else None
-    new = eqn.outvars[0].aval.ndim - value.aval.ndim if _is_traced(value) else 0
+    source = graph.producer(value) if is_traced(value) else None
+    new = eqn.outvars[0].aval.ndim - value.aval.ndim if is_traced(value) else 0
     if source is not None and source.primitive.name == "squeeze" and new > 0:
         return _new_axes(eqn, source, graph)
     if source is None or source.primitive.name != "gather" or new <= 0:
@@ -301,12 +301,14 @@ def _broadcast(eqn: Any, graph: Graph) -> list[Candidate]:
     return [(code.replace("_0[", prefix, 1), operands) for code, operands in _gather(source, graph)]
 
 
-def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Candidate]:
+def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Proposal]:
     """`x[:, None, :, 0]` for `x[:, :, 0]` broadcast to new axes of size one."""
-    found = [(code, operands) for code, operands in _squeeze(squeeze, graph) if "..." not in code]
+    # Only an index (`x[:, :, 0]`), not `jnp.unstack`'s parts (a rewrite with several results).
+    proposed = [Candidate(*p) for p in _squeeze(squeeze, graph)]
+    found = [c for c in proposed if c.writes is None and c.outputs is None and "..." not in c.code]
     if not found:
         return []
-    code, operands = found[0]
+    code, operands = found[0].code, found[0].operands
     items = code[len("_0[") : -1].split(", ")
     items += [":"] * (operands[0].aval.ndim - len(items))
     kept = set(eqn.params["broadcast_dimensions"])
@@ -324,20 +326,20 @@ def _new_axes(eqn: Any, squeeze: Any, graph: Graph) -> list[Candidate]:
     return [(f"_0[{', '.join(woven)}]", operands)]
 
 
-def _reshape(eqn: Any, graph: Graph) -> list[Candidate]:
+def _reshape(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.repeat(x, r, axis=d)`: a broadcast to a new axis after `d`, merged into `d`; torch's
     `k[:, :, None].expand(b, kv, r, s, d).reshape(b, kv * r, s, d)` (HF's `repeat_kv`) broadcasts
     twice, to the new axis and along it (the rewrite `repeat_broadcasts`).  And `a @ b` for the
     matmul torchax flattens to one batch axis and back (the rewrite `matmul_unflattened`)."""
     (value,) = eqn.invars
-    source = graph.producer(value) if _is_traced(value) else None
+    source = graph.producer(value) if is_traced(value) else None
     if source is not None and source.primitive.name == "dot_general":
         return _unflattened_matmul(eqn, source, graph)
-    if source is None or source.primitive.name != "broadcast_in_dim" or not _is_traced(source.invars[0]):
+    if source is None or source.primitive.name != "broadcast_in_dim" or not is_traced(source.invars[0]):
         return []
     x, dims = source.invars[0], tuple(source.params["broadcast_dimensions"])
     inner = graph.producer(x)
-    twice = inner is not None and inner.primitive.name == "broadcast_in_dim" and _is_traced(inner.invars[0])
+    twice = inner is not None and inner.primitive.name == "broadcast_in_dim" and is_traced(inner.invars[0])
     if twice:  # a broadcast of a broadcast: one broadcast, of the axes composed
         x, dims = inner.invars[0], tuple(dims[d] for d in inner.params["broadcast_dimensions"])
     found = _repeat(tuple(x.aval.shape), tuple(source.params["shape"]), dims, eqn)
@@ -367,9 +369,10 @@ def _repeat(
     return (r, axis) if dims == tuple(d for d in range(len(wide)) if d != new[0]) else None
 
 
-def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Candidate]:
-    flat = [graph.producer(v) if _is_traced(v) else None for v in dot.invars]
-    if any(e is None or e.primitive.name != "reshape" or not _is_traced(e.invars[0]) for e in flat):
+def _unflattened_matmul(eqn: Any, dot: Any, graph: Graph) -> list[Proposal]:
+    made = [graph.producer(v) if is_traced(v) else None for v in dot.invars]
+    flat = [e for e in made if e is not None and e.primitive.name == "reshape" and is_traced(e.invars[0])]
+    if len(flat) < len(made):
         return []
     a, b = (e.invars[0] for e in flat)
     sa, sb, out = tuple(a.aval.shape), tuple(b.aval.shape), tuple(eqn.outvars[0].aval.shape)
@@ -386,16 +389,17 @@ _BINARY = {"add": "_0 + _1", "sub": "_0 - _1", "mul": "_0 * _1", "div": "_0 / _1
            "min": "jnp.minimum(_0, _1)"}
 
 
-def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
+def _promoted(eqn: Any, graph: Graph) -> list[Proposal]:
     """'x * w' for a binary operator (or 'jnp.maximum', 'jnp.minimum') whose operand of lower rank
     jnp broadcasts first: the 'broadcast_in_dim' adding leading axes that rank promotion stages.
     And 'x - v[:, None, None]' for an operand reshaped from '(16,)' to '(1, 16, 1, 1)' beside one
     of full rank (the rewrite 'unit_axes')."""
     sources = []
     for v in eqn.invars:
-        made = graph.producer(v) if _is_traced(v) else None
+        made = graph.producer(v) if is_traced(v) else None
         broadcast = made is not None and made.primitive.name == "broadcast_in_dim"
-        sources.append(made.invars[0] if broadcast and _is_traced(made.invars[0]) else None)
+        inner = made.invars[0] if made is not None and broadcast else None
+        sources.append(inner if broadcast and is_traced(inner) else None)
     code = _BINARY[eqn.primitive.name]
     tries = [[s if s is not None else v for s, v in zip(sources, eqn.invars)]] if all(sources) else []
     for i, source in enumerate(sources):
@@ -404,25 +408,25 @@ def _promoted(eqn: Any, graph: Graph) -> list[Candidate]:
     return _unit_axes(eqn, graph) + [(code, operands) for operands in tries]
 
 
-def _and(eqn: Any, graph: Graph) -> list[Candidate]:
+def _and(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.tril(x, k)` for torch's decomposition of a boolean `x.tril(k)` (`render.rules.masks`),
     else as the other operators."""
     return triangle(eqn, graph) + _promoted(eqn, graph)
 
 
-def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
+def _unit_axes(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x - v[:, None, None]` for an operand reshaped from `(16,)` to `(1, 16, 1, 1)` beside one of
     full rank: jnp's rank promotion adds the leading axes (the rewrite `unit_axes`)."""
-    candidates = []
+    candidates: list[Proposal] = []
     rank = eqn.outvars[0].aval.ndim
     for k, v in enumerate(eqn.invars):
         partner = eqn.invars[1 - k]
-        made = graph.producer(v) if _is_traced(v) else None
+        made = graph.producer(v) if is_traced(v) else None
         if made is None or made.primitive.name != "reshape" or made.params.get("dimensions") is not None:
             continue
         source, sizes = made.invars[0], tuple(made.params["new_sizes"])
-        kept = inserted_axes(tuple(source.aval.shape), sizes) if _is_traced(source) else None
-        full = _is_traced(partner) and partner is not v and partner.aval.ndim == rank == len(sizes)
+        kept = inserted_axes(tuple(source.aval.shape), sizes) if is_traced(source) else None
+        full = is_traced(partner) and partner is not v and partner.aval.ndim == rank == len(sizes)
         users = graph.users(v)
         if kept is None or not full or len(users) != 1 or users[0] is not eqn:
             continue
@@ -441,12 +445,12 @@ def _unit_axes(eqn: Any, graph: Graph) -> list[Candidate]:
     return candidates
 
 
-def _split(eqn: Any, graph: Graph) -> list[Candidate]:
+def _split(eqn: Any, graph: Graph) -> list[Proposal]:
     """`q, k, v = jnp.split(x, [64, 96], axis=2)` (`jnp.split(x, 3, axis=2)` for equal parts): the
     slices torchax stages for `torch.split` and `torch.chunk`, contiguous along one axis, each
     whole along the others, together the whole axis (the rewrite `split_slices`)."""
     x, axis = eqn.invars[0], _sliced_axis(eqn)
-    if axis is None or not _is_traced(x):
+    if axis is None or not is_traced(x):
         return []
     pieces = sorted(
         ((u.params["start_indices"][axis], u.params["limit_indices"][axis], u.outvars[0])
@@ -478,7 +482,7 @@ def _sliced_axis(eqn: Any) -> int | None:
     return partial[0] if len(partial) == 1 else None
 
 
-PATTERNS: dict[str, Callable[[Any, Graph], list[Candidate]]] = {
+PATTERNS: dict[str, Callable[[Any, Graph], Sequence[Proposal]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
     "reshape": _reshape,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
-from jaxside.render.rules._core import Rule, call, kw, registrar
+from jaxside.render.rules._core import Rule, aval_of, call, kw, registrar
 from jaxside.render.rules.draw_calls import draw_call
 from jaxside.render.rules.emitter import Emitter
 
@@ -102,8 +102,10 @@ def _variants(eqn: Any) -> list[Variant]:
     if name == "flip" and body is not None:  # `jnp.flip(x, axis=-1)`: the axes of its `rev`
         return [((), ())] + [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
     if name in ("take", "var", "std", "mean", "cumsum", "cumprod", "sort", "argsort") and body is not None:
-        axes = [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
-        keeps: tuple[tuple, ...] = ((), (("keepdims", True),))
+        axes: list[tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] = [
+            ((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)
+        ]
+        keeps: tuple[tuple[Any, ...], ...] = ((), (("keepdims", True),))
         if name in ("var", "std"):  # `ddof` is an operand of the jit
             return [(("ddof",), (*static, *keep)) for _, static in axes for keep in keeps]
         if name in ("cumsum", "cumprod"):  # `jnp.cumsum(x, axis=0, dtype=jnp.int32)`: the cast in its body
@@ -218,7 +220,8 @@ def _public_path(target: Any) -> str | None:
 
 def _call_name(eqn: Any) -> str | None:
     if eqn.primitive.name in ("jit", "pjit"):
-        return eqn.params.get("name")
+        name: str | None = eqn.params.get("name")
+        return name
     if eqn.primitive.name == "custom_jvp_call":
         return _function_name(eqn.params["call_jaxpr"])
     return None
@@ -244,10 +247,10 @@ def _resolve(path: str) -> Any:
     return target
 
 
-def _atom_signature(invars: Sequence[Any]) -> tuple:
+def _atom_signature(invars: Sequence[Any]) -> tuple[Any, ...]:
     """Hashable operand description: avals for traced operands, the value for literals."""
     return tuple(
-        ("literal", np.dtype(v.aval.dtype).name, v.aval.weak_type,
+        ("literal", np.dtype(aval_of(v).dtype).name, aval_of(v).weak_type,
          np.asarray(v.val).item() if np.ndim(v.val) == 0 else None) if isinstance(v, Literal)
         else ("var", tuple(v.aval.shape), str(v.aval.dtype), v.aval.weak_type)
         for v in invars
@@ -255,7 +258,9 @@ def _atom_signature(invars: Sequence[Any]) -> tuple:
 
 
 @functools.lru_cache(maxsize=1024)
-def _stage_call(path: str, signature: tuple, names: tuple[str, ...] = (), static: tuple = ()) -> Any:
+def _stage_call(
+    path: str, signature: tuple[Any, ...], names: tuple[str, ...] = (), static: tuple[Any, ...] = ()
+) -> Any:
     """The jaxpr `path(*operands, **static)` stages (the last operands passed as `names`) for
     operands like these, if it is one equation."""
     fn = _resolve(path)
@@ -277,7 +282,7 @@ def _stage_call(path: str, signature: tuple, names: tuple[str, ...] = (), static
     return closed.jaxpr
 
 
-def _literal_value(signature: tuple) -> Any:
+def _literal_value(signature: tuple[Any, ...]) -> Any:
     _, dtype, weak, value = signature
     if dtype == "bool":
         return bool(value)

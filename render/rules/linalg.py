@@ -10,14 +10,14 @@ import numpy as np
 
 from jaxside.render.rules._core import (
     Rule,
-    _dtype,
-    _is_traced,
-    _non_default,
-    _promotes_to_itself,
     call,
+    dtype_of,
     exact,
+    is_traced,
     kw,
     literal,
+    non_default,
+    promotes_to_itself,
     registrar,
     rewritten,
 )
@@ -50,11 +50,11 @@ def matmul(eqn: Any, args: list[ast.expr]) -> tuple[ast.expr, bool] | None:
     p = eqn.params
     (contract_a, contract_b), (batch_a, batch_b) = p["dimension_numbers"]
     a, b = eqn.invars
-    out_dtype = _dtype(eqn.outvars[0])
-    default = p["preferred_element_type"] is not None and np.dtype(p["preferred_element_type"]) == _dtype(a)
+    out_dtype = dtype_of(eqn.outvars[0])
+    default = p["preferred_element_type"] is not None and np.dtype(p["preferred_element_type"]) == dtype_of(a)
     if not (
-        p["precision"] is None and p.get("out_sharding") is None and _is_traced(a) and _is_traced(b)
-        and _promotes_to_itself(eqn)
+        p["precision"] is None and p.get("out_sharding") is None and is_traced(a) and is_traced(b)
+        and promotes_to_itself(eqn)
     ):
         return None
     for flip_a, flip_b in ((False, False), (False, True), (True, False)):
@@ -63,9 +63,9 @@ def matmul(eqn: Any, args: list[ast.expr]) -> tuple[ast.expr, bool] | None:
         if shape_a is None or shape_b is None or not _is_matmul(shape_a, shape_b, ca, cb, ba, bb):
             continue
         left, right = _flip(args[0], a, flip_a), _flip(args[1], b, flip_b)
-        if default and out_dtype == _dtype(a):
+        if default and out_dtype == dtype_of(a):
             return ast.BinOp(left, ast.MatMult(), right), flip_a or flip_b
-        if p["preferred_element_type"] is not None and _dtype(a) != np.bool_ and not (flip_a or flip_b):
+        if p["preferred_element_type"] is not None and dtype_of(a) != np.bool_ and not (flip_a or flip_b):
             # (bfloat16 accumulated in float32 through a transpose: not the same bits, so no rewrite)
             keywords = [kw("preferred_element_type", p["preferred_element_type"])]
             return call("jnp.matmul", [left, right], keywords), False
@@ -122,7 +122,7 @@ def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
         kw("padding", tuple(tuple(x) for x in p["padding"])),
         *[kw(k, tuple(p[k])) for k in ("lhs_dilation", "rhs_dilation") if tuple(p[k]) != ones],
         kw("dimension_numbers", _conv_layout(p["dimension_numbers"]) or p["dimension_numbers"], emitter),
-        *_non_default(p, {"feature_group_count": 1, "batch_group_count": 1}),
+        *non_default(p, {"feature_group_count": 1, "batch_group_count": 1}),
     ]
     if p["precision"] is not None:
         keywords.append(kw("precision", p["precision"], emitter))

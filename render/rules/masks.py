@@ -14,14 +14,14 @@ from typing import Any
 
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Candidate, Graph, _is_traced
+from jaxside.render.rules._core import Candidate, Graph, Proposal, aval_of, is_traced
 
 _SIDES = {"le": "tril", "ge": "triu"}
 _BOUND = 2**30
 """`|k|`, `L` and `S` below this: neither `j - i` nor jnp's `i + k` overflows int32."""
 
 
-def triangle(eqn: Any, graph: Graph) -> list[Candidate]:
+def triangle(eqn: Any, graph: Graph) -> list[Proposal]:
     """`jnp.tril(x, k)` (`jnp.triu`) for the mask torch decomposes `x.tril(k)` into, kept by a
     `jnp.where(mask, x, 0)` or, for booleans, `mask & x` (the rewrite `triangular_mask`)."""
     name = eqn.primitive.name
@@ -29,10 +29,10 @@ def triangle(eqn: Any, graph: Graph) -> list[Candidate]:
         if eqn.params.get("name") != "_where" or len(eqn.invars) != 3:
             return []
         mask, x, zero = eqn.invars
-        if not isinstance(zero, Literal) or zero.val != 0 or not _is_traced(x):
+        if not isinstance(zero, Literal) or zero.val != 0 or not is_traced(x):
             return []
         keep = "jnp.where({mask}, _0, 0)"
-    elif name == "and" and all(_is_traced(v) for v in eqn.invars):
+    elif name == "and" and all(is_traced(v) for v in eqn.invars):
         first = _mask_of(eqn.invars[0], graph) is not None
         mask, x = eqn.invars if first else eqn.invars[::-1]
         keep = "jnp.logical_and({mask}, _0)" if first else "jnp.logical_and(_0, {mask})"
@@ -48,7 +48,7 @@ def triangle(eqn: Any, graph: Graph) -> list[Candidate]:
         return []
     sub = graph.producer(compare.invars[0])
     ends = [_iota_of(v, graph) for v in sub.invars]
-    subtrahend = graph.producer(sub.invars[1]) if _is_traced(sub.invars[1]) else None
+    subtrahend = graph.producer(sub.invars[1]) if is_traced(sub.invars[1]) else None
     scaled = subtrahend is not None and subtrahend.primitive.name == "mul"
     times = " * 1" if scaled else ""  # (torchax's `a - b * alpha`)
     op = "<=" if compare.primitive.name == "le" else ">="
@@ -66,23 +66,25 @@ def triangle(eqn: Any, graph: Graph) -> list[Candidate]:
 def _mask_of(value: Any, graph: Graph) -> tuple[Any, int] | None:
     """The comparison making `value` (through a broadcast that adds leading axes) of a
     difference with an integer literal `k`, and `k`; None for any other value."""
-    made = graph.producer(value) if _is_traced(value) else None
-    if made is not None and made.primitive.name == "broadcast_in_dim" and _is_traced(made.invars[0]):
+    made = graph.producer(value) if is_traced(value) else None
+    if made is not None and made.primitive.name == "broadcast_in_dim" and is_traced(made.invars[0]):
         made = graph.producer(made.invars[0])
     if made is None or made.primitive.name not in _SIDES:
         return None
     difference, k = made.invars
-    sub = graph.producer(difference) if _is_traced(difference) else None
-    if sub is None or sub.primitive.name != "sub" or not isinstance(k, Literal) or k.aval.dtype.kind != "i":
+    sub = graph.producer(difference) if is_traced(difference) else None
+    if sub is None or sub.primitive.name != "sub" or not isinstance(k, Literal):
+        return None
+    if aval_of(k).dtype.kind != "i":
         return None
     return made, int(k.val)
 
 
 def _iota_of(value: Any, graph: Graph) -> Any:
     """The iota behind a side of the difference (a broadcast of it, maybe times one), or None."""
-    made = graph.producer(value) if _is_traced(value) else None
-    if made is not None and made.primitive.name == "mul" and _is_traced(made.invars[0]):
+    made = graph.producer(value) if is_traced(value) else None
+    if made is not None and made.primitive.name == "mul" and is_traced(made.invars[0]):
         made = graph.producer(made.invars[0])
-    if made is None or made.primitive.name != "broadcast_in_dim" or not _is_traced(made.invars[0]):
+    if made is None or made.primitive.name != "broadcast_in_dim" or not is_traced(made.invars[0]):
         return None
     return graph.producer(made.invars[0])

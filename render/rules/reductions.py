@@ -13,15 +13,15 @@ from jax.extend.core import ClosedJaxpr
 
 from jaxside.render.rules._core import (
     Rule,
-    _dtype,
-    _is_traced,
-    _lambda_args,
-    _number,
     call,
     dotted,
     dtype_expr,
+    dtype_of,
+    is_traced,
     kw,
+    lambda_args,
     literal,
+    number_literal,
     registrar,
 )
 from jaxside.render.rules.emitter import Emitter
@@ -47,8 +47,8 @@ def _reduce(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     extra = {k: v for k, v in eqn.params.items() if k != "axes" and v is not None}
     idiom, dtypes = _JNP_REDUCTIONS.get(name, (None, ()))
     x = eqn.invars[0]
-    if idiom and axes and not extra and _is_traced(x) and (dtypes is None or _dtype(x).name in dtypes):
-        axis = _number(axes[0]) if len(axes) == 1 else literal(axes)
+    if idiom and axes and not extra and is_traced(x) and (dtypes is None or dtype_of(x).name in dtypes):
+        axis = number_literal(axes[0]) if len(axes) == 1 else literal(axes)
         return call(idiom, [args[0]], [ast.keyword("axis", axis)])
     keywords = [kw(k, v, emitter) for k, v in extra.items()]
     return call(f"lax.{name}", [args[0], literal(axes)], keywords)
@@ -59,10 +59,10 @@ def _argmax(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     (axis,) = eqn.params["axes"]
     x = eqn.invars[0]
     name = eqn.primitive.name
-    if _is_traced(x) and _jnp_argmax(name, tuple(x.aval.shape), x.aval.dtype, axis) == eqn.params:
+    if is_traced(x) and _jnp_argmax(name, tuple(x.aval.shape), x.aval.dtype, axis) == eqn.params:
         return call(f"jnp.{name}", [args[0]], [kw("axis", axis)])  # (the one equation it stages)
     index_dtype = dtype_expr(eqn.params["index_dtype"])
-    return call(f"lax.{eqn.primitive.name}", [args[0], _number(axis), index_dtype])
+    return call(f"lax.{eqn.primitive.name}", [args[0], number_literal(axis), index_dtype])
 
 
 @functools.lru_cache(maxsize=256)
@@ -88,7 +88,7 @@ def _cumulative(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 @rule("reduce_window_sum", "reduce_window_max", "reduce_window_min")
 def _reduce_window_monoid(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     name = eqn.primitive.name
-    dtype = _dtype(eqn.invars[0])
+    dtype = dtype_of(eqn.invars[0])
     init, computation = _monoid(name.removeprefix("reduce_window_"), dtype)
     return call("lax.reduce_window", [args[0], init, dotted(computation)], _window_args(eqn.params))
 
@@ -100,14 +100,14 @@ def _monoid(kind: str, dtype: np.dtype) -> tuple[ast.expr, str]:
     `lax.reduce_window` binds the generic `reduce_window` instead.
     """
     if kind == "sum":
-        return _number(0), "lax.add"
+        return number_literal(0), "lax.add"
     if jnp.issubdtype(dtype, jnp.inexact):
         inf = dotted("jnp.inf")
         return (ast.UnaryOp(ast.USub(), inf) if kind == "max" else inf), f"lax.{kind}"
     if dtype == np.bool_:
         return ast.Constant(kind != "max"), f"lax.{kind}"
     info = np.iinfo(dtype)
-    return _number(int(info.min if kind == "max" else info.max)), f"lax.{kind}"
+    return number_literal(int(info.min if kind == "max" else info.max)), f"lax.{kind}"
 
 
 def _window_args(params: dict[str, Any]) -> list[ast.keyword]:
@@ -130,9 +130,9 @@ def _reduce_window(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr
     body = emitter.function(ClosedJaxpr(p["jaxpr"], p["consts"]), "window_reducer")
     if n == 1:
         return call("lax.reduce_window", [args[0], args[1], body], _window_args(p))
-    left = [ast.Subscript(ast.Name("a", ast.Load()), ast.Constant(i), ast.Load()) for i in range(n)]
-    right = [ast.Subscript(ast.Name("b", ast.Load()), ast.Constant(i), ast.Load()) for i in range(n)]
-    reducer = ast.Lambda(_lambda_args(["a", "b"]), call(body, left + right))
+    left: list[ast.expr] = [ast.Subscript(dotted("a"), ast.Constant(i), ast.Load()) for i in range(n)]
+    right: list[ast.expr] = [ast.Subscript(dotted("b"), ast.Constant(i), ast.Load()) for i in range(n)]
+    reducer = ast.Lambda(lambda_args(["a", "b"]), call(body, left + right))
     operands_, inits = ast.Tuple(list(args[:n]), ast.Load()), ast.Tuple(list(args[n:]), ast.Load())
     return call("lax.reduce_window", [operands_, inits, reducer], _window_args(p))
 
@@ -150,4 +150,4 @@ def _sort(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 @rule("top_k")
 def _top_k(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     keywords = [kw("axis", v) for k, v in eqn.params.items() if k == "axis"]
-    return call("lax.top_k", [args[0], _number(eqn.params["k"])], keywords)
+    return call("lax.top_k", [args[0], number_literal(eqn.params["k"])], keywords)

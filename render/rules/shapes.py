@@ -11,15 +11,16 @@ from jax.extend.core import Literal
 
 from jaxside.render.rules._core import (
     Rule,
-    _is_traced,
-    _non_default,
-    _number,
-    _promotes_to_itself,
+    aval_of,
     call,
     dtype_expr,
     exact,
+    is_traced,
     kw,
     literal,
+    non_default,
+    number_literal,
+    promotes_to_itself,
     registrar,
     rewritten,
     scalar,
@@ -38,15 +39,15 @@ def _broadcast_in_dim(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
     if params.get("sharding") is not None or len(eqn.invars) != 1:
         return exact(eqn, args, emitter)
     in_shape = tuple(x.aval.shape)
-    if isinstance(x, Literal) and not x.aval.weak_type and not dims:
+    if isinstance(x, Literal) and not aval_of(x).weak_type and not dims:
         return _full(shape, x)
-    if _is_traced(x) and in_shape == shape and dims == tuple(range(len(shape))):
+    if is_traced(x) and in_shape == shape and dims == tuple(range(len(shape))):
         return args[0]  # jax binds nothing for an identity broadcast
-    if _is_traced(x) and in_shape and len(shape) > len(in_shape) and all(
+    if is_traced(x) and in_shape and len(shape) > len(in_shape) and all(
         shape[d] == n for d, n in zip(dims, in_shape)
     ) and dims == tuple(sorted(dims)) and all(shape[d] == 1 for d in range(len(shape)) if d not in dims):
         return new_axes(args[0], shape, dims)
-    if _is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and all(
+    if is_traced(x) and dims == tuple(range(len(shape) - len(in_shape), len(shape))) and all(
         n in (1, m) for n, m in zip(in_shape, shape[len(shape) - len(in_shape):])
     ):  # numpy broadcasting: size-1 axes stretched, new axes in front
         return call("jnp.broadcast_to", [args[0], literal(shape)])
@@ -89,7 +90,7 @@ def _reshape(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     new_sizes = tuple(params["new_sizes"])
     if params.get("dimensions") is not None:
         return call("lax.reshape", [args[0], literal(new_sizes), literal(tuple(params["dimensions"]))])
-    kept = inserted_axes(tuple(eqn.invars[0].aval.shape), new_sizes) if _is_traced(eqn.invars[0]) else None
+    kept = inserted_axes(tuple(eqn.invars[0].aval.shape), new_sizes) if is_traced(eqn.invars[0]) else None
     if kept is not None:  # `v[None, :, None, None]`: a reshape that only adds axes of size one
         return rewritten("unit_axes", new_axes(args[0], new_sizes, kept), emitter)
     return call("jnp.reshape", [args[0], literal(new_sizes)])
@@ -112,7 +113,7 @@ def inserted_axes(shape: tuple[int, ...], new_sizes: tuple[int, ...]) -> tuple[i
 @rule("squeeze")
 def _squeeze(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     dims = tuple(eqn.params["dimensions"])
-    axis = _number(dims[0]) if len(dims) == 1 else literal(dims)
+    axis = number_literal(dims[0]) if len(dims) == 1 else literal(dims)
     return call("jnp.squeeze", [args[0]], [ast.keyword("axis", axis)])
 
 
@@ -142,9 +143,9 @@ def _pad(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 @rule("concatenate")
 def _concatenate(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     dimension = eqn.params["dimension"]
-    if all(_is_traced(v) for v in eqn.invars) and _promotes_to_itself(eqn):
+    if all(is_traced(v) for v in eqn.invars) and promotes_to_itself(eqn):
         return call("jnp.concatenate", [ast.List(list(args), ast.Load())], [kw("axis", dimension)])
-    return call("lax.concatenate", [ast.List(list(args), ast.Load()), _number(dimension)])
+    return call("lax.concatenate", [ast.List(list(args), ast.Load()), number_literal(dimension)])
 
 
 @rule("split")
@@ -159,14 +160,14 @@ def split_parts(x: ast.expr, sizes: tuple[int, ...], axis: int) -> ast.expr:
     """`jnp.split(x, 3, axis=2)` for equal parts, else `jnp.split(x, [64, 96], axis=2)` (where
     each part but the last ends): one `split` of these sizes."""
     ends = [int(n) for n in np.cumsum(sizes)[:-1]]
-    at = _number(len(sizes)) if len(set(sizes)) == 1 else literal(ends)
+    at = number_literal(len(sizes)) if len(set(sizes)) == 1 else literal(ends)
     return call("jnp.split", [x, at], [kw("axis", axis)])
 
 
 @rule("stack")
 def _stack(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     # `jnp.stack` binds the one primitive when no operand needs converting (one dtype, one weak type).
-    exact_jnp = all(_is_traced(v) for v in eqn.invars) and _promotes_to_itself(eqn)
+    exact_jnp = all(is_traced(v) for v in eqn.invars) and promotes_to_itself(eqn)
     fn = "jnp.stack" if exact_jnp else "lax.stack"
     return call(fn, [ast.List(list(args), ast.Load())], [kw("axis", eqn.params["axis"])])
 
@@ -195,13 +196,15 @@ def _slice(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     # `x[a:b]` binds strides=None when every step is 1, the steps themselves otherwise.
     steps = tuple(strides) if strides is not None else (1,) * len(start)
     basic = (strides is None) == all(s == 1 for s in steps)
-    if basic and _is_traced(x) and _slice_is_basic(tuple(x.aval.shape), start, limit, steps):
+    if basic and is_traced(x) and _slice_is_basic(tuple(x.aval.shape), start, limit, steps):
         return ast.Subscript(args[0], _slice_index(x.aval.shape, start, limit, steps), ast.Load())
     keywords = [kw("strides", tuple(strides))] if strides is not None else []
     return call("lax.slice", [args[0], literal(start), literal(limit)], keywords)
 
 
-def _slice_is_basic(shape: tuple[int, ...], start: tuple, limit: tuple, steps: tuple) -> bool:
+def _slice_is_basic(
+    shape: tuple[int, ...], start: tuple[Any, ...], limit: tuple[Any, ...], steps: tuple[Any, ...]
+) -> bool:
     """Whether `x[a:b:s, ...]` binds exactly this `slice`: jnp normalises the limit to the last
     element taken plus one, and binds nothing for a slice that takes everything."""
     for n, a, b, s in zip(shape, start, limit, steps):
@@ -213,13 +216,15 @@ def _slice_is_basic(shape: tuple[int, ...], start: tuple, limit: tuple, steps: t
     return any(a != 0 or b != n or s != 1 for n, a, b, s in zip(shape, start, limit, steps))
 
 
-def _slice_index(shape: Sequence[int], start: tuple, limit: tuple, steps: tuple) -> ast.expr:
+def _slice_index(
+    shape: Sequence[int], start: tuple[Any, ...], limit: tuple[Any, ...], steps: tuple[Any, ...]
+) -> ast.expr:
     items: list[ast.expr] = []
     for n, a, b, s in zip(shape, start, limit, steps):
         items.append(ast.Slice(
-            _number(a) if a else None,
-            _number(b) if b != n else None,
-            _number(s) if s != 1 else None,
+            number_literal(a) if a else None,
+            number_literal(b) if b != n else None,
+            number_literal(s) if s != 1 else None,
         ))
     while len(items) > 1 and _is_full(items[-1]):
         items.pop()
@@ -250,9 +255,9 @@ def _gather(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     keywords = [
         kw("dimension_numbers", p["dimension_numbers"], emitter),
         kw("slice_sizes", tuple(p["slice_sizes"])),
-        *_non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
+        *non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
         kw("mode", p["mode"], emitter),
-        *_non_default(p, {"fill_value": None}),
+        *non_default(p, {"fill_value": None}),
     ]
     return call("lax.gather", args, keywords)
 
@@ -269,7 +274,7 @@ _SCATTERS = {
 def _scatter(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     p = eqn.params
     keywords = [
-        *_non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
+        *non_default(p, {"indices_are_sorted": False, "unique_indices": False}),
         kw("mode", p["mode"], emitter),
     ]
     fn = f"lax.{_SCATTERS[eqn.primitive.name]}"
@@ -282,8 +287,9 @@ def _iota(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     if p.get("sharding") is not None:
         return exact(eqn, args, emitter)
     shape = tuple(p["shape"])
+    dtype = dtype_expr(p["dtype"])
     if len(shape) == 1:  # `jnp.arange` binds this very iota for an integer or float dtype
         if np.dtype(p["dtype"]).kind in "iuf":
-            return call("jnp.arange", [_number(shape[0])], [ast.keyword("dtype", dtype_expr(p["dtype"]))])
-        return call("lax.iota", [dtype_expr(p["dtype"]), _number(shape[0])])
-    return call("lax.broadcasted_iota", [dtype_expr(p["dtype"]), literal(shape), _number(p["dimension"])])
+            return call("jnp.arange", [number_literal(shape[0])], [ast.keyword("dtype", dtype)])
+        return call("lax.iota", [dtype, number_literal(shape[0])])
+    return call("lax.broadcasted_iota", [dtype, literal(shape), number_literal(p["dimension"])])

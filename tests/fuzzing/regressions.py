@@ -99,6 +99,13 @@ REGRESSIONS: dict[str, Program] = {
         "v9, v10, v11 = v5.unbind(1)",
         "v12 = v6 * v7 + v8.sum() + (v9 * v10 - v11).mean()",
     ),
+    # torch.unbind's parts broadcast to a new axis: the pattern for `x[:, None]` over a squeeze
+    # read `jnp.unstack`'s candidate (a rewrite, five fields) as a plain pair and crashed.
+    "idiom_unbind_parts_new_axes": program(
+        [((2, 3, 4), F32)],
+        "v1, v2, v3 = v0.unbind(1)",
+        "v4 = v1[:, None] * v2[:, None] + v3[:, None]",
+    ),
     # HF's repeat_kv and repeat_interleave (two broadcasts and a reshape: `jnp.repeat`), torch's
     # decomposition of tril (`jnp.tril`), a causal mask among them; rewrites, held to the bits.
     "idiom_repeat_and_tril": program(

@@ -61,9 +61,7 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
     reps = [kind[0] for kind in kinds]
     first = reps[0]
     if any(
-        (f.params, f.operands, f.packing, f.out_slots, f.ret_paths, f.state_out, f.uses_params, f.uses_state)
-        != (first.params, first.operands, first.packing, first.out_slots, first.ret_paths, first.state_out,
-            first.uses_params, first.uses_state)
+        (f.params, f.calling) != (first.params, first.calling)
         or any(type(s) is not Statement or s.when is not None for s in f.body)
         or (f.returns is None) != (first.returns is None)
         for f in reps
@@ -92,7 +90,9 @@ def merge_kinds(kinds: list[list[Function]]) -> Merged | None:
     return None
 
 
-def _row(kinds: list[list[Function]], reps: list[Function], origin: Element | None, node: ast.stmt) -> list:
+def _row(
+    kinds: list[list[Function]], reps: list[Function], origin: Element | None, node: ast.stmt
+) -> list[Any]:
     if origin is None:  # an alias: no numbers
         return [(reps[0], node, node)]
 
@@ -109,7 +109,7 @@ def _row(kinds: list[list[Function]], reps: list[Function], origin: Element | No
 # -- lining up ---------------------------------------------------------------------------------------
 
 
-def _keys(function: Function) -> list[tuple]:
+def _keys(function: Function) -> list[tuple[Any, ...]]:
     """What lines up between kinds, for each statement: its torch expression and its form."""
     local = _locals(function)
     keys = []
@@ -173,7 +173,9 @@ def _skeleton(node: ast.AST, local: set[str]) -> str:
 # -- flags ----------------------------------------------------------------------------------------------
 
 
-def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[ast.expr | None]] | None:
+def _flags(
+    reps: list[Function], elements: list[Element]
+) -> tuple[list[tuple[str, list[bool]]], list[ast.expr | None]] | None:
     """The flags (name, value per kind) and the condition of each merged statement. A line some
     kinds ran otherwise (`self.act(x)`, a ReLU here, a Tanh there) is no branch: None."""
     every = set(range(len(reps)))
@@ -186,8 +188,10 @@ def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[as
             continue
         r = min(element)
         site = reps[r].body[element[r]].site
-        found = branch(reps[r], site)
-        if found is None or any((site.file, site.line) in lines[k] for k in every - set(element)):
+        found = branch(reps[r], site) if site is not None else None
+        if site is None or found is None:
+            return None
+        if any((site.file, site.line) in lines[k] for k in every - set(element)):
             return None
         name, value = found
         vector = [(k in element) == value for k in range(len(reps))]
@@ -197,7 +201,9 @@ def _flags(reps: list[Function], elements: list[Element]) -> tuple[list, list[as
             flags.append((name, vector))
             index = len(flags) - 1
         runs = value if index is not None else not value
-        flag = named(flags[index if index is not None else negated][0])  # type: ignore[index]
+        chosen = index if index is not None else negated
+        assert chosen is not None  # (one was found, or appended)
+        flag = named(flags[chosen][0])
         whens.append(flag if runs else ast.UnaryOp(ast.Not(), flag))
     names = [name for name, _ in flags]
     return (flags, whens) if len(set(names)) == len(names) else None
@@ -242,7 +248,7 @@ class _Builder:
     """The merged statements, named: the first kind's names, new ones for the other kinds'
     statements; where kinds read other values at one place, a rebinding or an alias."""
 
-    def __init__(self, reps: list[Function], elements: list[Element], whens: list, rebind: bool) -> None:
+    def __init__(self, reps: list[Function], elements: list[Element], whens: list[Any], rebind: bool) -> None:
         self.reps, self.elements, self.whens, self.rebind = reps, elements, whens, rebind
         self.every = frozenset(range(len(reps)))
         self.maps: list[dict[str, str]] = [{p: p for p in reps[0].params} for _ in reps]
@@ -273,12 +279,13 @@ class _Builder:
             self._add(_statement(statement, plain, when), dict(element))
         returns = None
         if self.reps[0].returns is not None:
-            every = {k: f.returns for k, f in enumerate(self.reps)}
+            every = {k: f.returns for k, f in enumerate(self.reps) if f.returns is not None}
             plains = {k: ast.Expr(e) for k, e in every.items()}
             node = self._reconciled(dict.fromkeys(self.every, -1), plains, None)
             if node is None:
                 return None
-            returns = node.value  # type: ignore[attr-defined]
+            assert isinstance(node, ast.Expr)  # what `plains` holds
+            returns = node.value
         return self.body, returns, self.origins
 
     def _add(self, statement: Statement, origin: Element | None) -> None:
@@ -366,15 +373,29 @@ def _statement(original: Statement, plain: ast.stmt, when: ast.expr | None) -> S
     assert isinstance(plain, ast.Assign)
     target = plain.targets[0]
     flat = [target] if isinstance(target, ast.Name) else target.elts if isinstance(target, ast.Tuple) else []
-    if original.target is None and all(isinstance(t, ast.Name) for t in flat):
-        return dataclasses.replace(original, targets=[t.id for t in flat], value=plain.value, when=when)
+    names = [t for t in flat if isinstance(t, ast.Name)]
+    if original.target is None and len(names) == len(flat):
+        return dataclasses.replace(original, targets=[t.id for t in names], value=plain.value, when=when)
     return dataclasses.replace(original, targets=_stores(target), target=target, value=plain.value, when=when)
 
 
 # -- checking -------------------------------------------------------------------------------------------
 
 
-def _verified(reps, flags, body, returns, origins) -> bool:
+def _runs(when: ast.expr | None, values: dict[str, bool]) -> bool:
+    """Whether a statement under `when` (`flag`, `not flag`, or none) runs with these flags."""
+    if when is None:
+        return True
+    if isinstance(when, ast.Name):
+        return values[when.id]
+    assert isinstance(when, ast.UnaryOp) and isinstance(when.operand, ast.Name)  # `not flag`
+    return not values[when.operand.id]
+
+
+def _verified(
+    reps: list[Function], flags: list[tuple[str, list[bool]]], body: list[Statement],
+    returns: ast.expr | None, origins: list[Element | None],
+) -> bool:
     """Whether the merged body, under each kind's flags, is that kind's body (numbers aside)."""
     local = set(reps[0].params).union(*(_stores(s.plain()) for s in body))
     for k, function in enumerate(reps):
@@ -382,16 +403,15 @@ def _verified(reps, flags, body, returns, origins) -> bool:
         env = {p: p for p in function.params}
         ran = []
         for statement, origin in zip(body, origins):
-            when = statement.when
-            runs = when is None or (values[when.id] if isinstance(when, ast.Name)
-                                    else not values[when.operand.id])  # type: ignore[attr-defined]
+            runs = _runs(statement.when, values)
             if origin is not None and runs != (k in origin):
                 return False
             if not runs:
                 continue
             if origin is None:  # an alias
                 (target,) = statement.targets
-                env[target] = env.get(statement.value.id, "")  # type: ignore[attr-defined]
+                assert isinstance(statement.value, ast.Name)  # an alias reads a name
+                env[target] = env.get(statement.value.id, "")
                 continue
             mine = function.body[origin[k]].plain()
             if not _same(statement.plain(), mine, env, local):
@@ -399,7 +419,9 @@ def _verified(reps, flags, body, returns, origins) -> bool:
             ran.append(origin[k])
         if ran != list(range(len(function.body))):
             return False
-        if returns is not None and not _same(ast.Expr(returns), ast.Expr(function.returns), env, local):
+        if returns is not None and (
+            function.returns is None or not _same(ast.Expr(returns), ast.Expr(function.returns), env, local)
+        ):
             return False
     return True
 
@@ -423,3 +445,22 @@ def _same(merged: ast.stmt, mine: ast.stmt, env: dict[str, str], local: set[str]
         return False
     env.update(bound)
     return True
+
+
+# -- naming the kinds that stay apart ------------------------------------------------------------
+
+
+def kind_suffixes(functions: list[Function]) -> dict[int, str]:
+    """The suffix of each def of one torch function whose calls took other branches (a block with
+    a downsample, one without), by `id`: from the `if` around a line only that def ran
+    (`_downsample` for `if self.downsample is not None:`, `_has_skip` for `if self.has_skip:`),
+    else the attribute that line calls (`_act`); none for a def that ran no line of its own."""
+    lines = [{(s.site.file, s.site.line): s.site for s in f.body if s.site is not None} for f in functions]
+    suffixes = {}
+    for k, function in enumerate(functions):
+        others = set().union(*(set(lines[j]) for j in range(len(functions)) if j != k))
+        own = sorted(set(lines[k]) - others)
+        found = branch(function, lines[k][own[0]]) if own else None
+        if found:  # `_downsample`, `_no_downsample` in its `else`
+            suffixes[id(function)] = f"_{found[0]}" if found[1] else f"_no_{found[0]}"
+    return suffixes

@@ -14,8 +14,8 @@ or loop on the size) or gives a number no shape explains stays fixed: `Sizes` sa
 module docstring lists it, and unless the torch code itself refuses other sizes there (a Linear's
 features), the entry raises a `ValueError` for another size.
 
-Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.merge.shared_defs`'
-job, which does the same for the defs of one function called at other sizes.
+Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.merge.fitting`'s
+job, shared with `shared_defs`, which does the same for the defs of one function called at other sizes.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from jaxside.render.ir import Define, Dim, Function, Loop, Program, Sizes, Statement, named
 from jaxside.render.lower.context import LoweringError
+from jaxside.render.lower.merge.fitting import Fit, expression, fit, parallel_diff
 from jaxside.render.lower.merge.same_size import same_at_traced
-from jaxside.render.lower.merge.shared_defs import Fit, expression, fit, parallel_diff
 from jaxside.render.lower.merge.size_guards import guard_sizes
 from jaxside.render.lower.merge.size_names import bind_sizes
 from jaxside.tracing.trace import Trace
@@ -91,7 +91,9 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     program.sizes = Sizes(generic=sets, fixed=fixed, bounded=bounded)
 
 
-def _without_bounds(tries: _Tries, sets: list[list[Dim]], plan: Plan, fixed: list) -> tuple[list, Any]:
+def _without_bounds(
+    tries: _Tries, sets: list[list[Dim]], plan: Plan, fixed: list[Any]
+) -> tuple[list[Any], Any]:
     """The sets `plan` fitted below their traced size fixed (the program written from smaller
     sizes is not the traced one at its size: a branch on the size), the others as the program
     at larger sizes follows them."""
@@ -106,7 +108,7 @@ def _without_bounds(tries: _Tries, sets: list[list[Dim]], plan: Plan, fixed: lis
     return sets, again
 
 
-def _alone(tries: _Tries, sets: list[list[Dim]], fixed: list) -> list[tuple[list[Dim], bool]]:
+def _alone(tries: _Tries, sets: list[list[Dim]], fixed: list[Any]) -> list[tuple[list[Dim], bool]]:
     """Each set tried alone: those the program follows (and whether below their traced size); the
     others into `fixed`, with why. A set whose state buffers keep it fixed (a cache's batch)
     may follow without them."""
@@ -201,8 +203,8 @@ class _Tries:
 
     def __init__(self, program: Program, relower: Callable[[Resize], Program]) -> None:
         self.program, self.relower = program, relower
-        self.made: dict[tuple, Plan | str] = {}
-        self.programs: dict[tuple, Program | str] = {}
+        self.made: dict[tuple[Any, ...], Plan | str] = {}
+        self.programs: dict[tuple[Any, ...], Program | str] = {}
 
     def either(self, dims: list[Dim], below: bool = True) -> Plan | str:
         """The plan for one set at larger sizes, else (`below`) at smaller ones (its traced size is
@@ -358,7 +360,7 @@ def _leading_shapes(function: Function) -> None:
         while leading < len(node.elts) - 1 and _shape_at(node.elts[leading], leading, node.elts[0]):
             leading += 1
         if leading >= 2:
-            shape = node.elts[0].value  # type: ignore[attr-defined]
+            shape = cast(ast.Subscript, node.elts[0]).value  # `x.shape` of `x.shape[0]` (`_shape_at`)
             prefix = ast.Subscript(shape, ast.Slice(None, ast.Constant(leading)), ast.Load())
             node.elts[:leading] = [ast.Starred(prefix, ast.Load())]
 
@@ -392,7 +394,7 @@ def _plan(base: Program, others: list[Program]) -> Plan:
                 plan.redirect.update(redirect)
         plan.trees += trees
         for statements in zip(*(t.body for t in trees)):
-            diffs: list = []
+            diffs: list[Any] = []
             if not parallel_diff(list(statements), diffs, numbers=True):
                 raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)")
             if not diffs:
@@ -449,7 +451,8 @@ def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
         nodes: list[ast.stmt] = []
         for statement in body:
             node = statement.node()
-            redirect[id(node.body[0] if statement.when is not None else node)] = (statement, "value")
+            held = cast(ast.If, node).body[0] if statement.when is not None else node  # `if when: ...`
+            redirect[id(held)] = (statement, "value")
             if isinstance(statement, Loop) and isinstance(node, ast.For):
                 node.body = statements(statement.body, owner)
             elif isinstance(statement, Define) and statement.function is not None:

@@ -47,7 +47,9 @@ def _staged(program: Program, traced: Program) -> str | None:
     names = program.entry.params[len(given):]
     if any(name not in arguments for name in names):
         return None
-    nodes = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
+    nodes: list[ast.stmt] = [
+        ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants
+    ]
     nodes += [f.node() for f in program.functions + program.helpers]
     source = _IMPORTS + ast.unparse(ast.fix_missing_locations(ast.Module(nodes, [])))
     namespace: dict[str, Any] = {}

@@ -9,8 +9,8 @@ otherwise (a block that ran its downsample branch, one that did not: two kinds) 
 the statements only some ran under a flag each call passes (`downsample=True`,
 `render.lower.merge.branch_flags`); numbers are fitted over the calls that ran each statement. Kinds that
 cannot be merged stay apart, named by the branch (`basic_block_forward_downsample`). Comparing
-defs and fitting numbers to sizes (`parallel_diff`, `fit`) live here; `render.lower.merge.input_sizes` does
-the same across programs traced at other input sizes.
+defs and fitting numbers to sizes (`parallel_diff`, `fit`) live in `render.lower.merge.fitting`,
+which `render.lower.merge.input_sizes` uses across programs traced at other input sizes.
 """
 
 from __future__ import annotations
@@ -18,26 +18,19 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from jaxside.render.ir import Function, Keyword, named
+from jaxside.render.ir import Function, Keyword
 from jaxside.render.lower.calltree import Group
-from jaxside.render.lower.merge.branch_flags import Merged, merge_kinds
-from jaxside.render.lower.merge.keyword_args import config_keywords, kind_suffixes
+from jaxside.render.lower.merge.branch_flags import Merged, kind_suffixes, merge_kinds
+from jaxside.render.lower.merge.fitting import expression, fit, parallel_diff
+from jaxside.render.lower.merge.keyword_args import config_keywords
 from jaxside.render.lower.places import put
-
-Atom = tuple[str, int]
-"""A dimension of a def's argument: (parameter, axis)."""
-Fit = tuple[str, tuple[Atom, ...], int]
-"""How a number follows the sizes: (kind, atoms, constant); kinds in `_FORMS`."""
-
-_FORMS = ("atom", "mul", "div", "prod", "add")
-"""Tried in this order: `a`, `a * c`, `a // c`, `a * b`, `a + c`: the first that gives every value."""
 
 
 def merge_variants(level: list[Group]) -> dict[int, str]:
-    """Calls of one function share one def, or one per set of kinds that merge (a block whose
+    """The variants of each function share one def, or one per set of kinds that merge (a block whose
     `self.act` is a ReLU and one whose is a Hardswish do not); the suffix of each def of a
     function with several (`_se`), by the def's `id`."""
-    by_code: dict[tuple, list[Group]] = {}
+    by_code: dict[tuple[Any, ...], list[Group]] = {}
     suffixes: dict[int, str] = {}
     for group in level:
         if group.nodes[0].parent is not None:
@@ -71,7 +64,9 @@ def _mergeable(kinds: list[list[Group]]) -> list[list[list[Group]]]:
     sets: list[list[list[Group]]] = []
     for kind in kinds:
         for together in sets:
-            scope = together[0][0].function.scope  # type: ignore[union-attr]
+            lead = together[0][0].function
+            assert lead is not None  # a group in a kind has its def written
+            scope = lead.scope
             names, bases = dict(scope.names), dict(scope.bases)
             trial = [[g.function for g in k if g.function is not None] for k in [*together, kind]]
             fits = merge_kinds(trial) is not None
@@ -89,22 +84,21 @@ def _alike(a: Group, b: Group) -> bool:
     f, g = a.function, b.function
     assert f is not None and g is not None
     return (
-        f.params == g.params and f.operands == g.operands and f.packing == g.packing
-        and f.out_slots == g.out_slots and f.ret_paths == g.ret_paths and f.state_out == g.state_out
+        f.params == g.params and f.calling == g.calling
         and parallel_diff([_body_module(f), _body_module(g)], [], numbers=True)
     )
 
 
-def _merge_shapes(variants: list[Group]) -> None:
-    """Merge defs whose bodies differ only in numbers."""
-    functions = [g.function for g in variants if g.function is not None]
+def _merge_shapes(kind: list[Group]) -> None:
+    """Merge the variants of one kind: defs whose bodies differ only in numbers."""
+    functions = [g.function for g in kind if g.function is not None]
     first = functions[0]
-    rows = [[(f, f.body[i].node()) for f in functions] for i in range(len(first.body))]
+    nodes = [[(f, f.body[i].node()) for f in functions] for i in range(len(first.body))]
     if first.returns is not None:
-        rows.append([(f, ast.Return(f.returns)) for f in functions])
-    rows = [[(f, node, node) for f, node in row] for row in rows]
+        nodes.append([(f, ast.Return(f.returns)) for f in functions])
+    rows = [[(f, node, node) for f, node in row] for row in nodes]
     if _fit_numbers(first, rows, functions):
-        _share(variants, first, functions)
+        _share(kind, first, functions)
 
 
 def _merge_kinds(kinds: list[list[Group]]) -> bool:
@@ -139,7 +133,9 @@ def _flags(first: Function, merged: Merged, functions: list[list[Function]]) -> 
             for node in ast.walk(statement.when) if statement.when is not None else ():
                 if isinstance(node, ast.Name) and node.id == name:
                     node.id = fresh
-        values = {id(c): ast.Constant(v) for kind, v in zip(functions, vector) for f in kind for c in f.calls}
+        values: dict[int, ast.expr] = {
+            id(c): ast.Constant(v) for kind, v in zip(functions, vector) for f in kind for c in f.calls
+        }
         set_by = sum(len(f.calls) for kind, v in zip(functions, vector) if v for f in kind)
         default = ast.Constant(set_by > sum(len(f.calls) for kind in functions for f in kind) - set_by)
         keywords.append(Keyword(fresh, values, default))
@@ -155,7 +151,7 @@ def _fit_numbers(first: Function, rows: list[Row], functions: list[Function]) ->
     """Where the statements of a row (one statement of the merged def, in each function that ran
     it, `first`'s first) differ in numbers: those that follow the sizes of their arguments or
     parameters become shape expressions, the others keyword-only arguments of `first`."""
-    differences: list[tuple[ast.AST, str, int | None, list[Any], list[Function], list[dict]]] = []
+    differences: list[tuple[ast.AST, str, int | None, list[Any], list[Function], list[dict[Any, Any]]]] = []
     for row in rows:
         found: list[tuple[ast.AST, str, int | None, list[Any]]] = []
         if not parallel_diff([node for _, node, _ in row], found, numbers=True, names=False):
@@ -215,9 +211,10 @@ def _share(groups: list[Group], first: Function, functions: list[Function]) -> N
 
 def _call_of(node: ast.AST, parents: dict[int, ast.AST]) -> str:
     """The source of the call a number is an argument of (`jnp.reshape(params["bias"], (1, 8))`)."""
-    while node is not None and not isinstance(node, (ast.Call, ast.stmt)):
-        node = parents.get(id(node))  # type: ignore[assignment]
-    return ast.unparse(node) if isinstance(node, ast.Call) else ""
+    current: ast.AST | None = node
+    while current is not None and not isinstance(current, (ast.Call, ast.stmt)):
+        current = parents.get(id(current))
+    return ast.unparse(current) if isinstance(current, ast.Call) else ""
 
 
 def _param_size(values: list[int], functions: list[Function], near: str) -> ast.expr | None:
@@ -238,120 +235,3 @@ def _body_module(function: Function) -> ast.Module:
     if function.returns is not None:
         body.append(ast.Return(function.returns))
     return ast.Module(body, [])
-
-
-# -- comparing defs -------------------------------------------------------------------------------
-
-
-def parallel_diff(trees: list[Any], out: list, numbers: bool = False, names: bool = True) -> bool:
-    """Walk equal-shaped trees; collect the int constants that differ (any numbers, with
-    `numbers`) as `(parent, field, index or None, values)`; False on any other difference (in
-    names too, unless not `names`: trees whose names are known to correspond)."""
-    first = trees[0]
-    if any(type(t) is not type(first) for t in trees):
-        return False
-    for attr, value in ast.iter_fields(first):
-        others = [getattr(t, attr) for t in trees]
-        if isinstance(value, list):
-            if any(not isinstance(o, list) or len(o) != len(value) for o in others):
-                return False
-            for i, item in enumerate(value):
-                items = [o[i] for o in others]
-                if isinstance(item, ast.AST):
-                    if isinstance(item, ast.Constant) and _number_differs(items, numbers):
-                        out.append((first, attr, i, [it.value for it in items]))
-                    elif not parallel_diff(items, out, numbers, names):
-                        return False
-                elif any(it != item for it in items):
-                    return False
-        elif isinstance(value, ast.AST):
-            if isinstance(value, ast.Constant) and _number_differs(others, numbers):
-                out.append((first, attr, None, [o.value for o in others]))
-            elif not parallel_diff(others, out, numbers, names):
-                return False
-        elif attr not in ("ctx", "lineno", "col_offset", "end_lineno", "end_col_offset") and any(
-            not _same(o, value) for o in others
-        ) and (names or attr != "id" or not isinstance(first, ast.Name)):
-            return False
-    return True
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal and of one type; NaN counts as the same as a NaN of the same repr."""
-    return type(a) is type(b) and (a == b or (a != a and b != b and repr(a) == repr(b)))
-
-
-def _number_differs(nodes: list[Any], numbers: bool) -> bool:
-    kinds = (int, float) if numbers else (int,)
-    values = [n.value for n in nodes if isinstance(n, ast.Constant)]
-    # By value, and by repr too: every NaN is unequal to itself, yet the same constant each time.
-    return (len(values) == len(nodes) and all(type(v) in kinds for v in values) and len(set(values)) > 1
-            and len({repr(v) for v in values}) > 1)
-
-
-# -- fitting a number ---------------------------------------------------------------------------------
-
-
-def fit(
-    values: list[int], shapes: list[dict[str, tuple[int, ...]]], forms: tuple[str, ...] = _FORMS
-) -> Fit | None:
-    """The first form in `forms` over the arguments' dimensions that gives `values[k]` from
-    `shapes[k]` for every k (the same def at each size), or None."""
-    first = shapes[0]
-    atoms = [
-        (p, d) for p, shape in first.items() for d in range(len(shape))
-        if all(p in s and len(s[p]) == len(shape) for s in shapes)
-    ]
-
-    def size(atom: Atom, k: int) -> int:
-        return shapes[k][atom[0]][atom[1]]
-
-    def gives(kind: str, used: tuple[Atom, ...], c: int) -> bool:
-        return all(_value(kind, [size(a, k) for a in used], c) == v for k, v in enumerate(values))
-
-    v0 = values[0]
-    for kind in forms:
-        pairs: list[tuple[Atom, ...]] = [(a,) for a in atoms]
-        if kind == "prod":  # two dimensions before one squared
-            pairs = [(a, b) for i, a in enumerate(atoms) for b in atoms[i + 1 :]]
-            pairs += [(a, a) for a in atoms]
-        for used in pairs:
-            a0 = size(used[0], 0)
-            c = {"mul": v0 // a0 if a0 and v0 % a0 == 0 else 0, "div": a0 // v0 if v0 else 0,
-                 "add": v0 - a0}.get(kind, 0)
-            if kind in ("mul", "div") and c < 2 or kind == "add" and c == 0:
-                continue
-            if gives(kind, used, c):
-                return kind, used, c
-    return None
-
-
-def _value(kind: str, sizes: list[int], c: int) -> int:
-    if kind == "atom":
-        return sizes[0]
-    if kind == "mul":
-        return sizes[0] * c
-    if kind == "div":
-        return sizes[0] // c
-    if kind == "prod":
-        return sizes[0] * sizes[1]
-    return sizes[0] + c
-
-
-def size_expr(atom: Atom, names: dict[Atom, str] | None = None) -> ast.expr:
-    """The name the def gave a dimension, else `x.shape[d]`."""
-    if names and atom in names:
-        return named(names[atom])
-    shape = ast.Attribute(named(atom[0]), "shape", ast.Load())
-    return ast.Subscript(shape, ast.Constant(atom[1]), ast.Load())
-
-
-def expression(found: Fit, names: dict[Atom, str] | None = None) -> ast.expr:
-    kind, atoms, c = found
-    first = size_expr(atoms[0], names)
-    if kind == "atom":
-        return first
-    if kind == "prod":
-        return ast.BinOp(first, ast.Mult(), size_expr(atoms[1], names))
-    op: ast.operator = {"mul": ast.Mult(), "div": ast.FloorDiv()}.get(kind, ast.Add() if c > 0 else ast.Sub())
-    return ast.BinOp(first, op, ast.Constant(abs(c)))

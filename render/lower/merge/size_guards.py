@@ -14,8 +14,10 @@ def guard_sizes(program: Program, fixed: list[Dim], tied: list[list[Dim]], at_mo
     """At the top of the entry, a `ValueError` for each fixed argument dimension called at another
     size, each bounded one called at a larger size, and each one called at another size than the
     first of its tied set."""
-    checks = [(d, ast.NotEq(), ast.Constant(d.size), f"is fixed at {d.size} (the docstring says why)")
-              for d in fixed]
+    checks: list[tuple[Dim, ast.cmpop, ast.expr, str]] = [
+        (d, ast.NotEq(), ast.Constant(d.size), f"is fixed at {d.size} (the docstring says why)")
+        for d in fixed
+    ]
     checks += [(d, ast.Gt(), ast.Constant(d.size), f"is at most {d.size} (the docstring says why)")
                for d in at_most]
     for dims in filter(None, tied):

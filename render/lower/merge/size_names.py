@@ -4,10 +4,11 @@ numbers `render.lower.merge.input_sizes` writes as sizes of its arguments, `n = 
 from __future__ import annotations
 
 import ast
+from typing import Any, cast
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Statement, named
-from jaxside.render.lower.merge.shared_defs import Atom, size_expr
+from jaxside.render.lower.merge.fitting import Atom, size_expr
 
 
 def bind_sizes(function: Function, atoms: set[Atom]) -> dict[Atom, str]:
@@ -36,7 +37,7 @@ def bind_sizes(function: Function, atoms: set[Atom]) -> dict[Atom, str]:
     for param in function.arg_shapes:
         used = sorted(axis for p, axis in atoms if p == param)
         if param in unpacked and any(unpacked[param][axis] != "_" for axis in used):
-            elements = []
+            elements: list[ast.expr] = []
             for axis, torch_name in enumerate(unpacked[param]):
                 if axis in used and torch_name != "_":
                     names[(param, axis)] = function.scope.fresh(torch_name, "local")
@@ -83,5 +84,5 @@ def _dim_of(value: ast.expr) -> Atom | None:
         operand = value.slice.operand
         whole = _shape_of(value.value)
         if isinstance(value.slice.op, ast.USub) and isinstance(operand, ast.Constant) and whole:
-            return whole, -int(operand.value)
+            return whole, -int(cast(Any, operand.value))
     return None

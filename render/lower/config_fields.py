@@ -1,0 +1,141 @@
+"""The export's `Config`: its fields (one per attribute name and value, `eps` of every norm one
+field), `config` threaded through the defs that read it, and where `config_from(model)` reads
+each field. `render.lower.attributes` decides which literal is a field; `render.module` writes
+the class and `config_from`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxside.render.ir import Function, Keyword, Program, named
+from jaxside.render.names import is_index
+
+
+@dataclass
+class ConfigField:
+    """One field of the export's `Config`: its value and where `config_from` reads it."""
+
+    name: str
+    value: Any
+    module_path: str
+    attribute: str
+    module_type: str = ""
+    nodes: list[ast.Attribute] = field(default_factory=list)
+
+
+class Fields:
+    """The `Config` being built: one field per attribute name and value (the `eps` of every norm
+    is one field), named after the attribute."""
+
+    def __init__(self) -> None:
+        self.fields: dict[tuple[str, str], ConfigField] = {}
+
+    @staticmethod
+    def node(owner: Any, path: str) -> ast.Attribute:
+        """`config.<field>` for `self.<path>`, a field only once the number is chosen (`register`)."""
+        node = ast.Attribute(named("config"), path, ast.Load())
+        node.jaxside_config = path  # type: ignore[attr-defined]  # a mark on the node, read by `register`
+        return node
+
+    def register(self, owner: Any, expr: ast.expr) -> None:
+        for node in ast.walk(expr):
+            path = getattr(node, "jaxside_config", None)
+            if path is not None and isinstance(node, ast.Attribute):  # made by `node` above
+                self._field(owner, path, node)
+
+    def _field(self, owner: Any, path: str, node: ast.Attribute) -> None:
+        value = owner.attributes[path]
+        if type(value) is list:
+            value = tuple(value)
+        name = path.rsplit(".", 1)[-1]
+        found = self.fields.get((name, repr(value)))
+        if found is None:
+            found = ConfigField(name, value, owner.module_path, path, owner.module_type)
+            self.fields[(name, repr(value))] = found
+        if owner.config is None:
+            owner.config = owner.function.scope.fresh("config", "argument")
+        node.value = named(owner.config)
+        node.attr = found.name
+        found.nodes.append(node)
+
+    def declared(self, classes: dict[str, str]) -> list[ConfigField]:
+        """The fields, in order of first use; a name with two values prefixed by its class."""
+        fields = list(self.fields.values())
+        counts: dict[str, int] = {}
+        for f in fields:
+            counts[f.name] = counts.get(f.name, 0) + 1
+        for f in fields:
+            if counts[f.name] > 1:
+                f.name = f"{classes.get(f.module_type, f.module_type.lower())}_{f.name}"
+        seen: dict[str, int] = {}
+        for f in fields:  # still twice (one class, two values): numbered
+            seen[f.name] = seen.get(f.name, 0) + 1
+            if seen[f.name] > 1:
+                f.name = f"{f.name}_{seen[f.name]}"
+            for node in f.nodes:
+                node.attr = f.name
+        return fields
+
+
+def thread_config(program: Program) -> None:
+    """`config` into every def that reads it or calls one that does; calls pass it on."""
+    names = {f.name: _config_name(f) for f in program.functions}
+    needs = {name for name, config in names.items() if config is not None}
+    changed = True
+    while changed:
+        changed = False
+        for function in program.functions:
+            if function.name in needs:
+                continue
+            if any(callee in needs for callee in _callees(function)):
+                needs.add(function.name)
+                changed = True
+    for function in program.functions:
+        if function.name in needs and names[function.name] is None:
+            fresh = names[function.name] = function.scope.fresh("config", "argument")
+            function.keywords.append(Keyword(fresh, {}))
+    for function in program.functions:
+        mine = names[function.name]
+        if mine is None:
+            continue
+        for call, callee in _calls(function):
+            if callee in needs and not any(k.arg == names[callee] for k in call.keywords):
+                call.keywords.append(ast.keyword(names[callee], named(mine)))
+    entry = program.entry
+    if entry.name in needs:
+        keyword = next(k for k in entry.keywords if k.name == names[entry.name])
+        keyword.default = ast.Call(named("Config"), [], [])
+
+
+def _config_name(function: Function) -> str | None:
+    return next((k.name for k in function.keywords if not k.values and k.default is None), None)
+
+
+def _callees(function: Function) -> set[str]:
+    return {callee for _, callee in _calls(function)}
+
+
+def _calls(function: Function) -> list[tuple[ast.Call, str]]:
+    """The calls of defs in `function`'s statements and its returned value, with the name called."""
+    trees: list[ast.AST] = [s.node() for s in function.body]
+    trees += [function.returns] if function.returns is not None else []
+    nodes = [n for tree in trees for n in ast.walk(tree)]
+    return [(n, n.func.id) for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+
+
+def accessor(f: ConfigField) -> str:
+    """Where `config_from(model)` reads the field: `model.layers[0].attention.n_head`."""
+    text = "model"
+    for part in [p for p in f.module_path.split(".") if p]:
+        if is_index(part):
+            text += f"[{part}]"
+        elif part.isidentifier():
+            text += f".{part}"
+        else:
+            return f"model.get_submodule({f.module_path!r}).{f.attribute}"
+    value = f"{text}.{f.attribute}"
+    return f"tuple({value})" if type(f.value) is tuple else value
+

@@ -1,0 +1,79 @@
+"""`annotate review` of jaxside's own export as the port (export, edit by hand, keep it honest): every
+torch line that made JAX paired with the export's lines, none differing. The exports are the goldens,
+which tests/test_golden.py keeps equal to what `--export` writes; the function port's weights are found
+by running it on stand-ins, which must get through `jnp.take`, `lax.conv_general_dilated` and `lax`
+primitives given a weight itself."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxside.annotate.cli import main
+from jaxside.annotate.review.probing import discover
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = re.compile(r"^(\S+\.py:\d+)\s+(\S+)\s+(\S+)(?:\s+(ok|DIFFERS))?$")
+
+
+@pytest.mark.parametrize("sample", [
+    "llama_model",  # jnp.take(params["tok_embeddings"]["weight"], idx, axis=0); state threaded through
+    "cnn",  # lax.conv_general_dilated(x, params["conv1"]["weight"], ...)
+    "seed_example",  # a torch function: the export's entry keeps its name, my_mathy_thing
+])
+def test_a_samples_export_reviews_clean_against_its_torch_file(sample, capsys):
+    export = ROOT / "tests" / "golden" / "export" / f"{sample}.py"
+    code = main(["review", str(ROOT / "samples" / f"{sample}.py"), str(export)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [match.groups() for line in out.splitlines() if (match := ROW.match(line))]
+    assert len(rows) >= 4, out
+    assert [row for row in rows if row[1] == "-" or row[3] != "ok"] == [], out
+    assert "outputs match" in out and "first divergence" not in out
+
+
+def test_stand_ins_learn_leaves_that_lax_primitives_and_jitted_functions_are_given():
+    state = {
+        "embed.weight": jnp.arange(12.0).reshape(4, 3),
+        "proj.weight": jnp.ones((3, 2)),
+        "proj.bias": jnp.full((2,), 0.5),
+        "layers.0.scale": jnp.ones(()),
+        "layers.1.scale": jnp.full((), 2.0),
+    }
+
+    def port(params, idx):
+        h = jnp.take(params["embed"]["weight"], idx, axis=0)  # jitted: the stand-in is a pytree
+        h = jax.lax.dot_general(h, params["proj"]["weight"], (((1,), (0,)), ((), ())))  # refused, run again
+        h = jnp.asarray(params["proj"]["bias"]) + h  # refused, run again
+        for layer in params["layers"]:
+            h = h * layer["scale"]  # an operator: forwarded
+        return h
+
+    probes, mapping = discover(port, list(state), state, ["params"], (jnp.array([0, 3]),))
+    assert mapping.unmapped_port == [] and mapping.unused_torch == []
+    assert mapping.pairs == {
+        "params['embed']['weight']": "embed.weight",
+        "params['proj']['weight']": "proj.weight",
+        "params['proj']['bias']": "proj.bias",
+        "params['layers'][0]['scale']": "layers.0.scale",
+        "params['layers'][1]['scale']": "layers.1.scale",
+    }
+    params = probes[0].build(lambda path: state[mapping.pairs[path]])
+    got = port(params, jnp.array([0, 3]))
+    want = (state["embed.weight"][jnp.array([0, 3])] @ state["proj.weight"] + 0.5) * 2.0
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want))
+
+
+def test_a_port_error_that_is_not_about_a_stand_in_is_the_ports():
+    state = {"w.weight": jnp.ones((3, 2))}
+
+    def port(params, x):
+        return x @ params["w"]["weight"].T  # (2, 3) @ (2, 3): the port's own mistake
+
+    with pytest.raises(TypeError, match="dot_general requires contracting dimensions"):
+        discover(port, list(state), state, ["params"], (jnp.ones((2, 3)),))
