@@ -20,6 +20,7 @@ ROWS = {
     "render": "benchmarks.rendering",
     "depth": "benchmarks.nesting",
     "readability": "benchmarks.readability",
+    "catalogue": "benchmarks.catalogue",
 }
 
 

@@ -131,8 +131,8 @@ class TransformerBlock(nn.Module):
         # h = x + attention
         out = h + self.feed_forward(self.ffn_norm(h))
         # ffn_norm_h = rms_norm_forward(params["ffn_norm"], h, config=config)  ×2
-        # feed_forward = feed_forward_forward(params["feed_forward"], ffn_norm_h)
-        # out = h + feed_forward
+        # feed_forward_out = feed_forward(params["feed_forward"], ffn_norm_h)
+        # out = h + feed_forward_out
         return out  # return (out, {"attention": new_attention_state})  ×2
 
 
@@ -183,7 +183,7 @@ class Attention(nn.Module):
         # softmax = jax.nn.softmax(
         #     q @ k.mT * q.shape[-1] ** (-0.5)
         #     + jnp.where(~mask, -jnp.inf, jnp.zeros((8, 64), jnp.float32)),
-        #     axis=3,
+        #     axis=-1,
         # )  ×2
         # y = softmax @ v
         y = y.transpose(1, 2).reshape(bsz, seqlen, self.n_head * self.head_dim)
@@ -202,7 +202,7 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(config.dim, config.intermediate_size, bias=False)
         self.w2 = nn.Linear(config.intermediate_size, config.dim, bias=False)
 
-    def forward(self, x: Tensor) -> Tensor:  # jax: def feed_forward_forward(params, x)  ×2
+    def forward(self, x: Tensor) -> Tensor:  # jax: def feed_forward(params, x)  ×2
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
         # silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)  ×2
         # return silu @ params["w2"]["weight"].T
@@ -214,13 +214,13 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def _norm(self, x: Tensor) -> Tensor:  # jax: def rms_norm_norm(x, *, config)  ×5
+    def _norm(self, x: Tensor) -> Tensor:  # jax: def rms_norm(x, *, config)  ×5
         return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + self.eps)
         # return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + config.eps)  ×5
 
     def forward(self, x: Tensor) -> Tensor:  # jax: def rms_norm_forward(params, x, *, config)  ×5
         return self._norm(x.float()).type_as(x) * self.weight
-        # return rms_norm_norm(x, config=config) * params["weight"]  ×5
+        # return rms_norm(x, config=config) * params["weight"]  ×5
 
 
 def precompute_freqs_cis(seq_len: int, n_elem: int, base: float = 10000.0) -> Tensor:

@@ -100,12 +100,16 @@ def identifier(text: str, default: str = "value") -> str:
 
 def function_name(qualname: str) -> str:
     """A def name from a qualname: `Attention.forward` -> `attention_forward`,
-    `my_mathy_thing.<locals>.other_math` -> `other_math`, `RMSNorm._norm` -> `rms_norm_norm`."""
+    `my_mathy_thing.<locals>.other_math` -> `other_math`; a method whose name the class name ends
+    with does not say it twice: `FeedForward.forward` -> `feed_forward`, `RMSNorm._norm` -> `rms_norm`."""
     parts = [p for p in qualname.split(".") if p and not p.startswith("<")]
     if "<locals>" in qualname:
         parts = parts[-1:]
     words = [snake(p).strip("_") for p in parts[-2:]]
-    return identifier("_".join(w for w in words if w), "function")
+    words = [w for w in words if w]
+    if len(words) == 2 and (words[0] == words[1] or words[0].endswith("_" + words[1])):
+        words = words[:1]  # (no stutter: `feed_forward_forward`)
+    return identifier("_".join(words), "function")
 
 
 def leaf_name(path: str, module_path: str | None = None) -> str:
@@ -234,6 +238,9 @@ class Scope:
         if not base:
             base, source = "value", "fallback"
         base = identifier(base)
+        module = self.outer.names if self.outer is not None else {}
+        if base in module and not base.isupper() and self.free(f"{base}_out"):  # (no constant's)
+            base = f"{base}_out"  # (the value of a call to the def `feed_forward`: `feed_forward_out`)
         start = 1 if temporary and base in self.preferred else 0
         for i in range(start, 10_000):
             name = base if i == 0 else f"{base}_{i}"

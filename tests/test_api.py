@@ -79,8 +79,8 @@ def test_check_passes_on_the_export_and_fails_on_a_broken_one(mlp):
     assert "on the example inputs" in table and "at a smaller shape" in table and "at a larger shape" in table
     assert "MISMATCH" not in table
 
-    assert "0.70710677" in exported.source  # GELU's 1/sqrt(2): planted a little off
-    broken = exported.edited(exported.source.replace("0.70710677", "0.75"))
+    assert "approximate=False" in exported.source  # the exact GELU: planted as the tanh one
+    broken = exported.edited(exported.source.replace("approximate=False", "approximate=True"))
     failed = broken.check()
     assert not failed.ok and failed.mismatches and failed.mismatches[0].what == "output"
     assert "MISMATCH" in failed.table() and "differ (rtol 1e-05, atol 1e-06" in failed.table()

@@ -24,9 +24,8 @@ def test_smoke_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[0].startswith("jaxside benchmarks (smoke)")
     rows = {line.split("  ")[0] for line in lines[3:-1]}
     assert rows == {
-        "1 capture vs bare", "1b hook, plain Python", "2 annotate --export", "5 against bare",
-        "3 export runtime",
-        "4 render / 1k eqns", "6 render vs depth", "7 readability",
+        "1 capture vs bare", "1b hook, plain Python", "2 annotate --export", "3 export runtime",
+        "4 render / 1k eqns", "5 against bare", "6 render vs depth", "7 readability", "8 catalogue",
     }, out
     assert not any("failed:" in line for line in lines), out
 

@@ -336,7 +336,7 @@ def test_gradient_of_the_llama_loss_through_torchax_matches_torch_autograd():
     # The torch model's functions are defs, its blocks one def called for each layer.
     assert text.count("def transformer_block_forward(") == 1
     assert_defs_shared(text)
-    assert "def attention_forward(" in text and "def feed_forward_forward(" in text
+    assert "def attention_forward(" in text and "def feed_forward(" in text
 
 
 # -- capture of JAX code --------------------------------------------------------------------------------
@@ -396,7 +396,7 @@ def test_jitted_helpers_and_random_keys():
     args = (jnp.linspace(0.0, 1.0, 32).reshape(4, 8), jnp.ones((5, 8)), jax.random.key(0))
     exported = roundtrip(fn, *args)
     assert "def scores(q, k):" in exported.text and "jax.jit(scores)(q, k)" in exported.text
-    assert "noise_key, " not in exported.text or "jax.random.split(key, 2)" in exported.text
+    assert "noise_key, dropout_key = jax.random.split(key)\n" in exported.text  # as the user wrote it
 
 
 def test_custom_jvp_rule_is_kept_and_custom_vjp_body_is_called():

@@ -24,7 +24,9 @@ from jaxside.tracing import Capture, capture
     ("qualname", "expected"),
     [
         ("Attention.forward", "attention_forward"),
-        ("RMSNorm._norm", "rms_norm_norm"),
+        ("RMSNorm._norm", "rms_norm"),
+        ("FeedForward.forward", "feed_forward"),
+        ("Norm.norm", "norm"),
         ("KVCache.update", "kv_cache_update"),
         ("TransformerBlock.forward", "transformer_block_forward"),
         ("my_mathy_thing.<locals>.other_math", "other_math"),
@@ -104,7 +106,7 @@ def test_rebinding_and_clashes_get_suffixes():
     module.fresh("attention_forward", "local")
     scope = Scope(outer=module)
     assert [scope.fresh("x", "local") for _ in range(3)] == ["x", "x_1", "x_2"]
-    assert scope.fresh("attention_forward", "expression") == "attention_forward_1"  # never shadow a def
+    assert scope.fresh("attention_forward", "expression") == "attention_forward_out"  # never shadow a def
     assert scope.fresh("jnp", "local") == "jnp_1"
     assert scope.fresh("range", "loop") == "range_1"  # the generated code calls range itself
     assert scope.fresh("input", "argument") == "input"  # other builtins are fine locals
@@ -299,7 +301,7 @@ def test_a_rebound_name_is_reused_only_once_its_old_value_is_dead():
     scope = Scope(reserved={"x"}, outer=module)
     k, k_1, k_2, k_3, k_4 = (scope.fresh("k", "local") for _ in range(5))
     helper_1 = scope.fresh("helper", "expression")
-    assert (k, k_4, helper_1) == ("k", "k_4", "helper_1")
+    assert (k, k_4, helper_1) == ("k", "k_4", "helper_out")
     source = (
         f"{k} = x * 2.0\n"
         f"{k_1} = {k} + 1.0\n"  # k is dead after this line: k_1 becomes k
@@ -317,8 +319,8 @@ def test_a_rebound_name_is_reused_only_once_its_old_value_is_dead():
         "k = k + 1.0",
         "k_1 = k * k",
         "k = k_1 - k",
-        "helper_1 = k + 1.0",
-        "k = helper_1 * k",
+        "helper_out = k + 1.0",
+        "k = helper_out * k",
         "k",
     ]
     before, after = {"x": 3.0}, {"x": 3.0}

@@ -270,7 +270,7 @@ def test_repeat_kv_and_tril_are_jnp_repeat_and_tril_at_every_shape():
     body = text[text.index("\ndef ") :]
     for expected in ("key_states = jnp.repeat(key, 2, axis=1)", "value_states = jnp.repeat(value, 2, axis=1)",
                      "jnp.tril(jnp.ones((query.shape[2], query.shape[2]), jnp.bool_))",
-                     "jnp.tril(jax.nn.softmax(scores, axis=3), 1)"):
+                     "jnp.tril(jax.nn.softmax(scores, axis=-1), 1)"):
         assert expected in body, body
     code = body.split('"""', 2)[2]  # after the docstring (which names a line of this file)
     assert "jnp.arange" not in code and "broadcast_to" not in code and "5" not in code, body
@@ -290,3 +290,15 @@ def test_asking_torch_about_another_shape_leaves_a_cache_passed_in_as_it_was():
     assert torch_refusal(model, (torch.randint(0, 128, (1, 2)),), {"past_key_values": cache}) is None
     assert cache.layers[0].keys.shape[2] == 8
     assert "IndexError" in torch_refusal(model, (torch.randint(200, 300, (1, 2)),), {})
+
+
+def test_a_returned_cache_is_named_as_the_cache():
+    """HF's Llama at `use_cache=True`: the `DynamicCache` it returns is `keys`, `values` along the
+    defs, as the output's path says (`['past_key_values']['layers'][0]['keys']`), not the locals
+    that made them (`k_embed`, `value_states`)."""
+    model = hf_causal_lm("llama")
+    args = (torch.randint(0, 128, (1, 8)), None, None, None, None, None, True)  # use_cache=True
+    module, program = export(model, *args)
+    text = render_program(program, source="test")
+    assert "k_embed, " not in text and '{"keys": keys, "values": values}' in text, text
+    assert_matches(module, program, model, *args)

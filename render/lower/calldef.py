@@ -21,6 +21,7 @@ from jaxside.render.lower.body import Body
 from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
 from jaxside.render.lower.clone import clone
 from jaxside.render.lower.context import INLINE_LIMIT, Context, LoweringError
+from jaxside.render.lower.keys import is_key, key_name
 from jaxside.render.lower.paths import (
     call_args,
     nested_dict,
@@ -171,6 +172,8 @@ class CallDef(Body):
                 continue
             if v in hoisted_vars and len(hoisted_vars) == len(unbound):
                 base = unbound[hoisted_vars.index(v)]
+            elif is_key(v):
+                base = "key"
             else:
                 origin = ctx.trace.origin(v)
                 base = (
@@ -241,9 +244,16 @@ class CallDef(Body):
             return self.scope.fresh(self._gradient_base(v, site), "gradient")
         if v in self.ctx.trace.derivatives:
             return self.scope.fresh(self._derivative_base(v, site), "gradient")
+        readers = [self.ctx.flow.eqns[u] for u in self.ctx.flow.uses.get(v, [])]
+        key = key_name(v, readers, site.text if site else None)
+        if key:  # `key, drop_key = jax.random.split(key)`
+            return self.scope.fresh(key, "local")
         if returned_as:  # `cos, sin = rotary_emb(...)`: an item of a tuple the callee returns by name
             return self.scope.fresh(returned_as, "local")
         if made_in_call:
+            cached = _cache_name(self.ctx.trace.outputs, self.ctx.flow.resolve, v)
+            if cached:  # a cache the entry returns: `keys`, `values` as its path says, not `k_embed`
+                return self.scope.fresh(cached, "expression")
             # A value a callee made and the caller needs (a forward residual): the callee's name for it.
             origin = self.ctx.trace.origin(v)
             base = origin.name or naming.expression_name(origin.expression) if origin else None
@@ -456,3 +466,15 @@ def _state_base(child: Node, node: Node) -> str:
             if match:
                 last = match.group(1)
     return f"new_{last}_state"
+
+
+def _cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | None:
+    """`keys` for a value the entry returns inside a cache (`['past_key_values']['layers'][0]['keys']`):
+    its path's last key, where the path goes through a key naming a cache; else None."""
+    for path, out in outputs:
+        if resolve(out) is not v and out is not v:
+            continue
+        keys = re.findall(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]", path)
+        if len(keys) > 1 and any("cache" in k or k.startswith("past") for k in keys[:-1]):
+            return str(keys[-1])
+    return None

@@ -80,6 +80,13 @@ REWRITES: dict[str, str] = {
         "below 2**30 nothing overflows int32, so the same elements are kept and the others are the "
         "same zero (+0.0, 0, False)"
     ),
+    "keys_unpacked": (
+        "`key, dropout_key = jax.random.split(key)` for the key torchax splits before each draw, each "
+        "part sliced out and squeezed: unpacking an array iterates it, which slices and squeezes the "
+        "same parts (the reference traced is `tuple(jax.random.split(key))`, the very equations); "
+        "`jax.random.split(key)[1]` where one part is used: jnp slices it with no strides, the "
+        "same one element as torchax's stride of one"
+    ),
     "unit_axes": (
         "`v[None, :, None, None]` for a reshape that only inserts axes of size one (`v[:, None, None]` "
         "beside an operand of full rank, whose rank promotion adds the leading ones): jnp binds a "

@@ -20,6 +20,7 @@ from jax import lax
 from jax.extend.core import DropVar, Literal, Var
 
 from jaxside.render.rules._core import Candidate, Graph
+from jaxside.render.rules.catalogue import catalogued, terminals
 from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS
 from jaxside.render.rules.known_calls import same_literal, same_params
 
@@ -90,8 +91,8 @@ def match(closed: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
         return None
     if any(made_in.get(s) is None for s in staged.outvars) or terminal not in visited.values():
         return None  # an output that is an operand, or a run that does not end where it was asked
-    if len(visited) != len(staged.eqns):
-        return None
+    if len(visited) != len(live(staged.eqns, set(staged.outvars))):
+        return None  # (an equation it stages for nothing, the `sign` of `logsumexp`, is dead code here)
     return set(visited.values())
 
 
@@ -133,9 +134,12 @@ def fuse(
     for i in range(len(eqns) - 1, -1, -1):
         eqn = eqns[i]
         pattern = PATTERNS.get(eqn.primitive.name)
-        if pattern is None or i in claimed or i not in alive or eqn.effects:
+        listed = eqn.primitive.name in terminals()
+        if pattern is None and not listed or i in claimed or i not in alive or eqn.effects:
             continue
-        for found in pattern(eqn, graph):
+        # (the catalogue's whole functions first: `jax.nn.gelu(x)`, not the `x * y` it ends in)
+        proposed = [*(catalogued(eqn, graph) if listed else ()), *(pattern(eqn, graph) if pattern else ())]
+        for found in proposed:
             candidate = Candidate(*found)
             operands, outputs = candidate.operands, candidate.outputs or list(eqn.outvars)
             first = min(made_by[v] for v in outputs)

@@ -36,6 +36,7 @@ import numpy as np
 from jax.extend.core import Literal, Primitive
 
 from jaxside.render.rules._core import Candidate, Graph, Pair, Proposal, Rule, is_traced, registrar, rewritten
+from jaxside.render.rules.draw_calls import key_split
 from jaxside.render.rules.dynamic import dynamic_slice
 from jaxside.render.rules.einsum import einsum
 from jaxside.render.rules.emitter import Emitter
@@ -88,7 +89,8 @@ def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
             return
         eqn = graph.producer(v)
         name = eqn.primitive.name if eqn is not None else None
-        wrap = name == "select_n" or name == "jit" and eqn.params.get("name") == "_where"
+        where = name == "jit" and eqn.params.get("name") == "_where"
+        wrap = name == "select_n" or where and _negative_test(eqn, graph)
         if wrap:
             raw = eqn.invars[-2] if name == "select_n" else eqn.invars[-1]
             if raw not in wrapped:
@@ -102,6 +104,12 @@ def _index_leaves(var: Any, graph: Graph) -> list[list[Any]]:
 
     walk(var)
     return [greedy] if wrapped == greedy or not wrapped else [greedy, wrapped]
+
+
+def _negative_test(where: Any, graph: Graph) -> bool:
+    """Whether a `jnp.where` is a wrap's (`i < 0`), not torch's (`where(valid, t, 0)` of nll_loss)."""
+    test = graph.producer(where.invars[0]) if is_traced(where.invars[0]) else None
+    return test is not None and test.primitive.name == "lt"
 
 
 def _subscript(ndim: int, axes: tuple[int, ...], indices: list[str]) -> str:
@@ -211,6 +219,10 @@ def _squeeze(eqn: Any, graph: Graph) -> list[Proposal]:
     source = graph.producer(sliced) if is_traced(sliced) else None
     if source is not None and source.primitive.name == "split":
         return _unstack(eqn, source, graph)
+    if source is not None and source.primitive.name == "slice" and is_traced(source.invars[0]):
+        found = key_split(eqn, graph)  # (`key, dropout_key = jax.random.split(key)`)
+        if found:
+            return found
     dims = tuple(eqn.params["dimensions"])
     if source is None or source.primitive.name != "slice" or len(dims) != 1:
         return []

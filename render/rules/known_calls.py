@@ -20,6 +20,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from jaxside.render.rules._core import Rule, aval_of, call, kw, registrar
+from jaxside.render.rules.draw_calls import draw_call
 from jaxside.render.rules.emitter import Emitter
 
 RULES: dict[str, Rule] = {}
@@ -71,7 +72,7 @@ _KNOWN_CALLS: dict[str, str] = {
     "logsumexp": "jax.nn.logsumexp", "softmax": "jax.nn.softmax", "log_softmax": "jax.nn.log_softmax",
     "standardize": "jax.nn.standardize", "_take": "jnp.take", "_var": "jnp.var", "_std": "jnp.std",
     "_mean": "jnp.mean", "_cumsum": "jnp.cumsum", "_cumprod": "jnp.cumprod", "sort": "jnp.sort",
-    "argsort": "jnp.argsort",
+    "argsort": "jnp.argsort", "_diff": "jnp.diff", "diff": "jnp.diff",
 }
 
 
@@ -93,9 +94,13 @@ def _variants(eqn: Any) -> list[Variant]:
         return [((), ())] + [((), ((key, k),)) for k in (1, -1, 2, -2)]
     if name in ("tril", "triu"):
         return [((), ())] + [((), (("k", k),)) for k in (1, -1, 2, -2)]
+    if name in ("diff", "_diff") and len(eqn.invars) == 2:  # `jnp.diff(x, prepend=0)`: prepended, an operand
+        return [(("prepend",), ())]
     if name == "clip":  # torch.clamp(x, max=m) is jnp.clip(x, max=m): the bound is no `min`
         return [((), ()), (("max",), ())]
     name = (name or "").lstrip("_")
+    if name == "flip" and body is not None:  # `jnp.flip(x, axis=-1)`: the axes of its `rev`
+        return [((), ())] + [((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)]
     if name in ("take", "var", "std", "mean", "cumsum", "cumprod", "sort", "argsort") and body is not None:
         axes: list[tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] = [
             ((), (("axis", axis),)) for axis in _body_axes(body.jaxpr)
@@ -103,10 +108,18 @@ def _variants(eqn: Any) -> list[Variant]:
         keeps: tuple[tuple[Any, ...], ...] = ((), (("keepdims", True),))
         if name in ("var", "std"):  # `ddof` is an operand of the jit
             return [(("ddof",), (*static, *keep)) for _, static in axes for keep in keeps]
+        if name in ("cumsum", "cumprod"):  # `jnp.cumsum(x, axis=0, dtype=jnp.int32)`: the cast in its body
+            eqns = body.jaxpr.eqns
+            casts = [e.params["new_dtype"] for e in eqns if e.primitive.name == "convert_element_type"]
+            typed = [(("dtype", np.dtype(casts[0])),)] if casts else []
+            return axes + [((), (*static, *dtype)) for _, static in axes for dtype in typed]
         if name == "mean":
             return [((), (*static, *keep)) for _, static in axes for keep in keeps]
-        if name in ("sort", "argsort"):
-            return [((), (*static, *order)) for _, static in axes for order in ((), (("descending", True),))]
+        if name in ("sort", "argsort"):  # (torch.sort asks for no stable sort: `stable=False`)
+            orders = ((), (("descending", True),))
+            stables = ((), (("stable", False),))
+            return [((), (*static, *order, *stable))
+                    for _, static in axes for stable in stables for order in orders]
         return axes
     return [((), ())]
 
@@ -115,6 +128,14 @@ def _body_axes(jaxpr: Any) -> list[Any]:
     """The axes a reduction's body works along, as `axis=` takes them (`0`, `(1, 2)`)."""
     found: list[Any] = []
     for inner in jaxpr.eqns:
+        if inner.primitive.name in ("jit", "pjit"):  # (`jnp.std` calls `jnp.var`)
+            found += [axis for axis in _body_axes(inner.params["jaxpr"].jaxpr) if axis not in found]
+            continue
+        if inner.primitive.name == "rev":
+            axis = tuple(inner.params["dimensions"])
+            axis = axis[0] if len(axis) == 1 else axis
+            found += [axis] if axis not in found else []
+            continue
         axis = inner.params.get("axis", inner.params["dimension"] if inner.primitive.name == "sort" else None)
         axes = inner.params.get("axes", (axis,) if axis is not None else None)
         if inner.primitive.name == "gather":
@@ -128,6 +149,9 @@ def _body_axes(jaxpr: Any) -> list[Any]:
 
 def known_call(eqn: Any, args: list[ast.expr]) -> ast.expr | None:
     """`jnp.where(c, x, y)` for an equation that is exactly that call's `jit` (or custom_jvp)."""
+    drawn = draw_call(eqn, args, same_eqn)
+    if drawn is not None:
+        return drawn
     signature = _atom_signature(eqn.invars)
     for path in _call_candidates(eqn):
         for names, static in _variants(eqn):

@@ -130,6 +130,9 @@ def _conv(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
         keywords.append(kw("preferred_element_type", p["preferred_element_type"]))
     if p.get("out_sharding") is not None:
         return exact(eqn, args, emitter)
+    plain = tuple(p["lhs_dilation"]) == ones == tuple(p["rhs_dilation"]) and len(keywords) == 3
+    if plain and _conv_layout(p["dimension_numbers"]) is not None:  # torch's layout, lax.conv's default
+        return call("lax.conv", args, keywords[:2])  # (`lax.conv(x, w, window_strides, padding)`)
     return call("lax.conv_general_dilated", args, keywords)
 
 

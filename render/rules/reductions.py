@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr
@@ -55,8 +57,24 @@ def _reduce(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 @rule("argmax", "argmin")
 def _argmax(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
     (axis,) = eqn.params["axes"]
+    x = eqn.invars[0]
+    name = eqn.primitive.name
+    if is_traced(x) and _jnp_argmax(name, tuple(x.aval.shape), x.aval.dtype, axis) == eqn.params:
+        return call(f"jnp.{name}", [args[0]], [kw("axis", axis)])  # (the one equation it stages)
     index_dtype = dtype_expr(eqn.params["index_dtype"])
     return call(f"lax.{eqn.primitive.name}", [args[0], number_literal(axis), index_dtype])
+
+
+@functools.lru_cache(maxsize=256)
+def _jnp_argmax(name: str, shape: tuple[int, ...], dtype: Any, axis: int) -> dict[str, Any] | None:
+    """The params of the one `argmax` (`argmin`) `jnp.argmax(x, axis=axis)` stages, or None."""
+    try:
+        fn = getattr(jnp, name)
+        staged = jax.make_jaxpr(lambda x: fn(x, axis=axis))(jax.ShapeDtypeStruct(shape, dtype))
+    except Exception:  # not for this operand
+        return None
+    eqns = staged.jaxpr.eqns
+    return dict(eqns[0].params) if len(eqns) == 1 and eqns[0].primitive.name == name else None
 
 
 @rule("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")

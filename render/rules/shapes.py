@@ -182,7 +182,9 @@ def _unstack(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
 
 @rule("tile")
 def _tile(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    return call("lax.tile", [args[0], literal(tuple(eqn.params["reps"]))])
+    reps = tuple(eqn.params["reps"])
+    tiled = len(reps) == eqn.invars[0].aval.ndim  # (`jnp.tile` binds the one `tile` for such reps)
+    return call("jnp.tile" if tiled else "lax.tile", [args[0], literal(reps)])
 
 
 @rule("slice")

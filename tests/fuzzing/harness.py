@@ -81,8 +81,10 @@ class FlatEmitter(Flat):
         wanted = {v for v in jaxpr.outvars if isinstance(v, Var)}
         eqns = fuse(list(jaxpr.eqns), list(jaxpr.outvars), consts=values or {})
         steps = live(list(jaxpr.eqns), wanted) - live(eqns, wanted)  # inside an idiom's run
+        needed = live(eqns, wanted)
         for index, eqn in enumerate(eqns):
-            if index in steps:
+            unread = any(isinstance(v, Var) and v not in env for v in eqn.invars)
+            if index in steps or unread and index not in needed:  # (dead, reading a run's inside)
                 continue
             args = [literal_arg(v) if isinstance(v, Literal) else env[v] for v in eqn.invars]
             value = render_eqn(eqn, args, self)

@@ -28,6 +28,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr  # noqa: E402
 from fuzzing.catalog import CASES  # noqa: E402
 from fuzzing.harness import Seen, check_program  # noqa: E402
 from jaxside.render.rules import REWRITES, Flat, render_eqn  # noqa: E402
+from jaxside.render.rules.catalogue import CATALOGUE, ending_in, terminals  # noqa: E402
 from jaxside.render.rules.idioms import PATTERNS  # noqa: E402
 
 DOC = ROOT / "docs" / "ops.md"
@@ -193,6 +194,23 @@ def markdown(result: Survey) -> str:
         "| run ends in | written as |",
         "| --- | --- |",
         *[f"| {names} | {_cell(' '.join((fn.__doc__ or '').split()))} |" for names, fn in _idioms()],
+        "",
+        "## The catalogue: library functions written as themselves",
+        "",
+        "`jaxside.render.rules.catalogue.CATALOGUE` lists the public `jax.nn`, `jax.numpy` and",
+        "`jax.random` functions that have a torch counterpart.  None of their equations is written",
+        "down here: each is recognised by what it stages, found by tracing the function itself (so a",
+        "new jax release moves the patterns with it).  A function that stages one `jit` is the `jit`",
+        "rule's known call (`render/rules/known_calls.py`, draws in `render/rules/draw_calls.py`); one",
+        "that stages a run of plain equations is proposed for each equation of the primitive its run",
+        "ends in and matched like any idiom (exact: the export re-traces to the same equations).",
+        "`make bench` prints how many an export writes by name (row `8 catalogue`).",
+        "",
+        "| function | torch | written | run ends in |",
+        "| --- | --- | --- | --- |",
+        *[f"| `{e.path}` | {_cell(e.torch)} | {'<br>'.join(f'`{_cell(c)}`' for c in e.calls)} | "
+          f"{', '.join(f'`{t}`' for t in sorted(terminals()) if e in ending_in(t)) or '(one equation)'} |"
+          for e in CATALOGUE],
         "",
         "## Aten ops and the primitives they produced",
         "",

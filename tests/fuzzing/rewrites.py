@@ -33,6 +33,11 @@ def _dot(dims: Any, preferred: Any = jnp.float32) -> Callable[..., Any]:
     return lambda a, b: lax.dot_general(a, b, dims, preferred_element_type=preferred)
 
 
+def _split(data: Any, n: int = 2) -> Any:
+    """`jax.random.split` of the key whose data is `data` (a uint32 array the fuzzer can draw)."""
+    return jax.random.split(jax.random.wrap_key_data(data), n)
+
+
 def _decomposed(side: str, k: int, shared: bool = False) -> Callable[[Any], Any]:
     """torch's decomposition of `x.tril(k)` (`x.triu(k)`), as torchax stages it (`a - b * alpha`);
     `shared`: one `arange` for a square mask, as after `render.lower`'s common subexpressions."""
@@ -114,6 +119,11 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: tuple(jnp.squeeze(p, axis=0) for p in jnp.split(x, 2, axis=0)),
          (_s((2, 9), jnp.int32),)),
         (lambda x: tuple(jnp.squeeze(p, axis=2) for p in jnp.split(x, 4, axis=2)), (_s((3, 5, 4)),)),
+    ],
+    "keys_unpacked": [  # torchax's turn of its key before a draw: split, each part sliced and squeezed
+        (lambda k: tuple(jax.random.key_data(p) for p in tuple(_split(k))), (_s((2,), jnp.uint32),)),
+        (lambda k: tuple(jax.random.key_data(p) for p in tuple(_split(k, 3))), (_s((2,), jnp.uint32),)),
+        (lambda k: jax.random.key_data(tuple(_split(k))[1]), (_s((2,), jnp.uint32),)),  # one part used
     ],
     "triangular_mask": [  # torch's decomposition of tril and triu
         (_decomposed("tril", 0), (_s((4, 6)),)),

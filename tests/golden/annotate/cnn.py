@@ -20,12 +20,8 @@ class SmallCNN(nn.Module):
         # jax: def forward(params, x, *, config=Config())
         x = self.pool(F.relu(self.bn1(self.conv1(x))))
         # conv1_x = (
-        #     lax.conv_general_dilated(
-        #         x,
-        #         params["conv1"]["weight"],
-        #         window_strides=(1, 1),
-        #         padding=((1, 1), (1, 1)),
-        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        #     lax.conv(
+        #         x, params["conv1"]["weight"], window_strides=(1, 1), padding=((1, 1), (1, 1))
         #     )
         #     + params["conv1"]["bias"][:, None, None]
         # )
@@ -41,12 +37,8 @@ class SmallCNN(nn.Module):
         # )
         x = self.pool(F.relu(self.bn2(self.conv2(x))))
         # conv2_x = (
-        #     lax.conv_general_dilated(
-        #         x,
-        #         params["conv2"]["weight"],
-        #         window_strides=(1, 1),
-        #         padding=((1, 1), (1, 1)),
-        #         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        #     lax.conv(
+        #         x, params["conv2"]["weight"], window_strides=(1, 1), padding=((1, 1), (1, 1))
         #     )
         #     + params["conv2"]["bias"][:, None, None]
         # )

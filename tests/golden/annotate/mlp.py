@@ -16,8 +16,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # jax: def forward(params, x, *, config=Config())
         h = F.gelu(self.fc1(x))
-        # fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"]
-        # h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
+        # h = jax.nn.gelu(x @ params["fc1"]["weight"].T + params["fc1"]["bias"], approximate=False)
         h = self.norm(h + F.relu(self.fc2(h)))
         # relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
         # h = h + relu

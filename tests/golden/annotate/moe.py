@@ -37,7 +37,7 @@ class MoE(nn.Module):
         # topk_idx = jnp.take_along_axis(
         #     logits_1, jnp.argsort(topk_logits, axis=1, descending=True)
         # )
-        topk_w = F.softmax(topk_logits, dim=-1)  # topk_w = jax.nn.softmax(topk_logits, axis=1)
+        topk_w = F.softmax(topk_logits, dim=-1)  # topk_w = jax.nn.softmax(topk_logits, axis=-1)
         # Dense (tokens, n_experts) routing weights: zero for every expert outside a token's top-k.
         weights = torch.zeros_like(logits).scatter(1, topk_idx, topk_w)
         # weights = (

@@ -43,12 +43,11 @@ class Config:
 def forward(params, x, *, config=Config()):
     """`SmallCNN.forward`, cnn.py:19."""
     conv1_x = (
-        lax.conv_general_dilated(
+        lax.conv(
             x,
             params["conv1"]["weight"],
             window_strides=(1, 1),
             padding=((1, 1), (1, 1)),
-            dimension_numbers=("NCHW", "OIHW", "NCHW"),
         )
         + params["conv1"]["bias"][:, None, None]
     )
@@ -63,12 +62,11 @@ def forward(params, x, *, config=Config()):
         window_strides=(1, 1, 2, 2),
     )
     conv2_x = (
-        lax.conv_general_dilated(
+        lax.conv(
             x_1,
             params["conv2"]["weight"],
             window_strides=(1, 1),
             padding=((1, 1), (1, 1)),
-            dimension_numbers=("NCHW", "OIHW", "NCHW"),
         )
         + params["conv2"]["bias"][:, None, None]
     )

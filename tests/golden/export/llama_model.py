@@ -99,8 +99,8 @@ def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask, *, c
     )
     h = x + attention
     ffn_norm_h = rms_norm_forward(params["ffn_norm"], h, config=config)
-    feed_forward = feed_forward_forward(params["feed_forward"], ffn_norm_h)
-    out = h + feed_forward
+    feed_forward_out = feed_forward(params["feed_forward"], ffn_norm_h)
+    out = h + feed_forward_out
     return out, {"attention": new_attention_state}
 
 
@@ -109,10 +109,10 @@ def rms_norm_forward(params, x, *, config):
 
     Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
     """
-    return rms_norm_norm(x, config=config) * params["weight"]
+    return rms_norm(x, config=config) * params["weight"]
 
 
-def rms_norm_norm(x, *, config):
+def rms_norm(x, *, config):
     """`RMSNorm._norm`, llama_model.py:166.
 
     Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
@@ -146,7 +146,7 @@ def attention_forward(params, state, x, freqs_cis, mask, input_pos, *, config):
     softmax = jax.nn.softmax(
         q @ k.mT * q.shape[-1] ** -0.5
         + jnp.where(~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)),
-        axis=3,
+        axis=-1,
     )
     y = softmax @ v
     y = jnp.reshape(
@@ -176,7 +176,7 @@ def kv_cache_update(state, input_pos, k_val, v_val):
     return (k_out, v_out), {"k_cache": k_out, "v_cache": v_out}
 
 
-def feed_forward_forward(params, x):
+def feed_forward(params, x):
     """`FeedForward.forward`, llama_model.py:156.
 
     Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.

@@ -42,8 +42,9 @@ class Config:
 
 def forward(params, x, *, config=Config()):
     """`MLP.forward`, mlp.py:16."""
-    fc1_x = x @ params["fc1"]["weight"].T + params["fc1"]["bias"]
-    h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
+    h = jax.nn.gelu(
+        x @ params["fc1"]["weight"].T + params["fc1"]["bias"], approximate=False
+    )
     relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
     h = h + relu
     h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(

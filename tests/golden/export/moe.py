@@ -49,7 +49,7 @@ def forward(params, x, *, config=Config()):
     topk_idx = jnp.take_along_axis(
         logits_1, jnp.argsort(topk_logits, axis=1, descending=True)
     )
-    topk_w = jax.nn.softmax(topk_logits, axis=1)
+    topk_w = jax.nn.softmax(topk_logits, axis=-1)
     weights = (
         jnp.zeros((topk_idx.shape[0], 4), jnp.float32)
         .at[

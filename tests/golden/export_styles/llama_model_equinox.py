@@ -143,7 +143,7 @@ class Attention(eqx.Module):
             + jnp.where(
                 ~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)
             ),
-            axis=3,
+            axis=-1,
         )
         y = softmax @ v
         y = jnp.reshape(
@@ -187,8 +187,8 @@ class TransformerBlock(eqx.Module):
         )
         h = x + attention
         ffn_norm_h = self.ffn_norm(h)
-        feed_forward = self.feed_forward(ffn_norm_h)
-        out = h + feed_forward
+        feed_forward_out = self.feed_forward(ffn_norm_h)
+        out = h + feed_forward_out
         return out, state
 
 

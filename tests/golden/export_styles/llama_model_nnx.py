@@ -94,8 +94,8 @@ class TransformerBlock(nnx.Module):
         attention = self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)
         h = x + attention
         ffn_norm_h = self.ffn_norm(h)
-        feed_forward = self.feed_forward(ffn_norm_h)
-        out = h + feed_forward
+        feed_forward_out = self.feed_forward(ffn_norm_h)
+        out = h + feed_forward_out
         return out
 
 
@@ -162,7 +162,7 @@ class Attention(nnx.Module):
             + jnp.where(
                 ~mask, -jnp.inf, jnp.zeros((seqlen, mask.shape[3]), jnp.float32)
             ),
-            axis=3,
+            axis=-1,
         )
         y = softmax @ v
         y = jnp.reshape(

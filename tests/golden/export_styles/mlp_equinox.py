@@ -63,8 +63,7 @@ class MLP(eqx.Module):
 
     def __call__(self, x):
         """`MLP.forward`, mlp.py:16."""
-        fc1_x = x @ self.fc1.weight.T + self.fc1.bias
-        h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
+        h = jax.nn.gelu(x @ self.fc1.weight.T + self.fc1.bias, approximate=False)
         relu = jax.nn.relu(h @ self.fc2.weight.T + self.fc2.bias)
         h = h + relu
         h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(

@@ -51,8 +51,7 @@ class MLP(nnx.Module):
 
     def __call__(self, x):
         """`MLP.forward`, mlp.py:16."""
-        fc1_x = self.fc1(x)
-        h = jnp.copy(0.5 * fc1_x * lax.erfc(-fc1_x * 0.70710677))
+        h = jax.nn.gelu(self.fc1(x), approximate=False)
         relu = jax.nn.relu(self.fc2(h))
         h = h + relu
         h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
