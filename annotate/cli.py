@@ -140,20 +140,21 @@ def _annotate(options: Options, context: Context, status: Status) -> int:
         from jaxside.annotate.loading import defined_names, find_entry, load_file, namespace_of
         from jaxside.tracing import Capture, CaptureError, user_code
 
-    file = str(Path(options.file).resolve())
+    source = options.source
+    file = str(Path(source.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.
     with stdout_to_stderr(), _traceback_filtering(not options.debug):
         interrupts.check()
-        status.phase(f"importing {Path(options.shown_file).name}")
+        status.phase(f"importing {Path(source.shown_file).name}")
         watch = [file]
         context.is_user_file = user_code(None, watch)
         before = set(sys.modules)
-        module = load_file(options.file)
+        module = load_file(source.file)
         context.defined = defined_names(namespace_of(module))
         watch += imported_beside(before, file) + [resolve_watch(item) for item in options.watch]
         interrupts.check()
         status.phase("building the model and its inputs")
-        entry = find_entry(module, options, abstract=options.abstract)
+        entry = find_entry(module, source, abstract=options.abstract)
         context.is_user_file = user_code(entry.fn, watch)
         # The engines' warnings dropped from here on; what they say about the user's code said once.
         quiet = functools.partial(library_warnings, context.is_user_file, status.say, set())
@@ -171,7 +172,7 @@ def _annotate(options: Options, context: Context, status: Status) -> int:
     interrupts.check()
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
     retrace = None
-    if options.generic:
+    if options.jax.generic:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
             again = Capture(watch=watch, abstract=options.abstract, resize=resize, progress=status.progress)
             with stdout_to_stderr(), quiet():
@@ -208,12 +209,12 @@ def _check_options(options: Options) -> None:
     """Refuse what cannot work before importing torch or loading anything."""
     from jaxside.annotate.loading import check_source
 
-    check_source(options.file)
-    check_expressions(options)
-    if options.abstract and options.check:
+    check_source(options.source.file)
+    check_expressions(options.source)
+    if options.abstract and options.jax.check:
         raise Failure("--check compares numbers with torch, and --abstract has none",
                       "drop --abstract to check, or --check to see the abstract trace")
-    for name, value in (("rtol", options.rtol), ("atol", options.atol)):
+    for name, value in (("rtol", options.jax.rtol), ("atol", options.jax.atol)):
         if value is not None and not value >= 0:
             raise Failure(f"--{name} must be a number >= 0, not {value}", f"e.g. --{name} 1e-5")
     check_outputs(options)

@@ -10,8 +10,9 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.errors import Failure
@@ -19,38 +20,26 @@ from jaxside.annotate.loading import is_link_loop
 from jaxside.annotate.seal import is_sealed, seal
 
 
-class Guard(Protocol):
+@dataclass(frozen=True)
+class Guard:
     """What decides whether a path may be written: the input never written over (`file`), and
     whether a file annotate did not write may be replaced (`force`)."""
 
-    @property
-    def file(self) -> str: ...
-
-    @property
-    def force(self) -> bool: ...
-
-
-class Target(Protocol):
-    """A `Guard` with where the main result goes (`output`: a path, ``-`` or None for stdout)."""
-
-    @property
-    def file(self) -> str: ...
-
-    @property
-    def force(self) -> bool: ...
-
-    @property
-    def output(self) -> str | None: ...
+    file: str
+    force: bool = False
 
 
 Say = Callable[[str], None]
 """Where "wrote PATH" goes (a run's `Status.say`)."""
 
 
-def emit(text: str, options: Target, say: Say, *, encoding: str = "utf-8", form: str = "python") -> None:
-    """Write the result to ``-o`` (only if it changed) or to stdout, encoded in `encoding`."""
-    if options.output and options.output != "-":
-        write(text, options.output, options, "-o", say, encoding=encoding, form=form)
+def emit(
+    text: str, output: str | None, guard: Guard, say: Say, *, encoding: str = "utf-8", form: str = "python"
+) -> None:
+    """Write the result to `output` (``-o``: only if it changed) or, when it is None or ``-``, to
+    stdout, encoded in `encoding`."""
+    if output and output != "-":
+        write(text, output, guard, "-o", say, encoding=encoding, form=form)
     else:
         to_stdout(text if text.endswith("\n") or not text else text + "\n", encoding)
 
@@ -126,7 +115,7 @@ def _flush(stream: Any) -> None:
 
 
 def write(
-    text: str, path: str, options: Guard, flag: str, say: Say, *,
+    text: str, path: str, guard: Guard, flag: str, say: Say, *,
     encoding: str = "utf-8", form: str = "python",
 ) -> bool:
     """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it),
@@ -136,7 +125,7 @@ def write(
     if path == "-":
         to_stdout(text, encoding)
         return True
-    check_target(path, options, flag)
+    check_target(path, guard, flag)
     data = seal(_encode(text, encoding), form)
     target = Path(path).resolve()
     try:
@@ -187,12 +176,12 @@ def refuse_link_loop(path: str, flag: str) -> None:
                       f"remove the link, or choose another {flag}", file=path)
 
 
-def check_target(path: str, options: Guard, flag: str) -> None:
+def check_target(path: str, guard: Guard, flag: str) -> None:
     """Refuse an output path before anything runs: FILE itself, a directory, a place that cannot
     be written (tried, not guessed: root passes every permission check), or an existing file
     annotate did not write, unless --force."""
     target = Path(path)
-    source = Path(options.file)
+    source = Path(guard.file)
     refuse_link_loop(path, flag)
     if target.resolve() == source.resolve() or (
         target.exists() and source.exists() and os.path.samefile(target, source)
@@ -220,7 +209,7 @@ def check_target(path: str, options: Guard, flag: str) -> None:
     except OSError as error:
         raise Failure(f"cannot write there ({_lower(error.strerror)})",
                       f"choose another {flag} in a directory you can write to", file=path) from None
-    if resolved.is_file() and not options.force and not _written_by_annotate(resolved):
+    if resolved.is_file() and not guard.force and not _written_by_annotate(resolved):
         raise Failure("exists without annotate's seal (annotate did not write it, or it was edited since)",
                       f"pass --force to replace it, or choose another {flag}", file=path)
 

@@ -7,26 +7,24 @@ compiles them again, with these same errors, when it evaluates them in FILE's na
 
 from __future__ import annotations
 
-import argparse
 import shlex
 from types import CodeType
 
 from jaxside.annotate.errors import Failure
+from jaxside.annotate.options import Source
 
 EXPRESSIONS = ("entry", "inputs", "kwargs")
 """The options holding one Python expression each (evaluated in FILE's namespace)."""
 
 
-def check_expressions(options: argparse.Namespace) -> None:
+def check_expressions(source: Source) -> None:
     """Refuse an ``--entry``, ``--inputs``, ``--kwargs`` or ``--setup`` that does not parse."""
-    file = getattr(options, "file", None)
     for name in EXPRESSIONS:
-        text = getattr(options, name, None)
+        text = getattr(source, name)
         if text is not None:
-            compiled_expression(f"--{name}", text, file)
-    setup = getattr(options, "setup", None)
-    if setup is not None:
-        compiled_statements("--setup", setup, file)
+            compiled_expression(f"--{name}", text, source.file)
+    if source.setup is not None:
+        compiled_statements("--setup", source.setup, source.file)
 
 
 def compiled_expression(option: str, expression: str, file: str | None) -> CodeType:

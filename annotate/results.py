@@ -10,7 +10,6 @@ with torch to whichever of these is written. What cannot be done together is ref
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,43 +18,45 @@ from typing import Any
 from jaxside.annotate import files
 from jaxside.annotate.errors import EXIT_OK, Failure
 from jaxside.annotate.options import MAIN, Options
-from jaxside.annotate.output import Say, check_target, emit, refuse_link_loop, stdout_to_stderr, write
+from jaxside.annotate.output import Guard, Say, check_target, emit, refuse_link_loop, stdout_to_stderr, write
 
 __all__ = ["MAIN", "check_outputs", "main_result", "run_export", "write_results"]
 
 
 def main_result(options: Options) -> str | None:
     """What goes to ``-o`` or stdout: "module", "json", "comments", or None (only other outputs)."""
-    if options.export:
+    outputs = options.outputs
+    if options.jax.export:
         return "module"
-    if options.json is MAIN:
+    if outputs.json is MAIN:
         return "json"
-    if options.output or not (options.html or options.json):
+    if outputs.output or not (outputs.html or outputs.json):
         return "comments"
     return None
 
 
 def check_outputs(options: Options) -> None:
     """Refuse a combination of outputs that cannot be written from one run, before any import."""
-    if options.json is MAIN and options.export:
+    outputs = options.outputs
+    if outputs.json is MAIN and options.jax.export:
         raise Failure("a bare --json and --export both want to be the result on stdout or -o",
                       "give the map its own path: --export -o model_jax.py --json map.json")
     main = main_result(options)
-    directory = files.is_directory(options.output)
+    directory = files.is_directory(outputs.output)
     if directory and main != "comments":
         what = "--export writes one module" if main == "module" else "--json writes one map of every file"
         raise Failure(f"-o DIR/ writes an annotated copy of each traced file, and {what}",
-                      "give -o a file path", file=options.output)
-    if options.file_name is not None:
+                      "give -o a file path", file=outputs.output)
+    if outputs.file_name is not None:
         if directory:
             raise Failure("--file shows one file's comments, and -o DIR/ writes every file's",
                           "give one of them")
-        if main != "comments" and not options.html:
+        if main != "comments" and not outputs.html:
             raise Failure("--file chooses which file's comments or HTML view to write, and this run writes "
                           "neither", "drop --file, or add --html PATH")
     paths = _paths(options)
     stdout = [f"{flag} -" for flag, path in paths.items() if path == "-"]
-    if main and not options.output:
+    if main and not outputs.output:
         stdout.insert(0, f"the {main}")
     if len(stdout) > 1:
         two = len(stdout) == 2
@@ -71,16 +72,17 @@ def check_outputs(options: Options) -> None:
             raise Failure(f"{flag} and {clash} name the same file", "give them different paths",
                           file=str(paths[flag]))
     if directory:
-        files.check_directory(options.output, options.file)
+        files.check_directory(outputs.output, options.source.file)
     for flag, path in paths.items():
         if path and path != "-" and not (flag == "-o" and directory):
-            check_target(path, options, flag)
+            check_target(path, _guard(options), flag)
 
 
 def _paths(options: Options) -> dict[str, str | None]:
     """The path each output flag names (None: not written)."""
-    return {"-o": options.output if main_result(options) else None, "--html": options.html,
-            "--json": options.json if isinstance(options.json, str) else None}
+    outputs = options.outputs
+    return {"-o": outputs.output if main_result(options) else None, "--html": outputs.html,
+            "--json": outputs.json if isinstance(outputs.json, str) else None}
 
 
 def write_results(
@@ -98,35 +100,35 @@ def write_results(
     from jaxside.annotate.loading import source_encoding
     from jaxside.render.lower import lower
 
-    main = main_result(options)
-    traced = files.choose(trace, options.file, options.file_name, _shown_as(options))
-    views = main == "comments" or options.html
-    copies = main == "comments" and files.is_directory(options.output)
+    main, outputs, written = main_result(options), options.outputs, _guard(options)
+    traced = files.choose(trace, options.source.file, outputs.file_name, _shown_as(options))
+    views = main == "comments" or outputs.html
+    copies = main == "comments" and files.is_directory(outputs.output)
     for flag, path in _paths(options).items():  # before anything is written
         if path and path != "-" and not (flag == "-o" and copies):
             files.refuse_sources(path, traced, flag)
     if views and not copies:
-        text = files.note(traced, options.file)
+        text = files.note(traced, options.source.file)
         if text is not None:
             say(text)
     program = lower(trace, retrace, progress=status.step if status is not None else None)
     if status is not None and retrace is not None:  # after the retraces' phases: the writing's own
         status.phase("writing the results")
     if main == "json":
-        emit(_json(program), options, say, form="json")
+        emit(_json(program), outputs.output, written, say, form="json")
     elif copies:
         write_copies(options, program, traced, say)
     elif main == "comments":
         text = _comments(program, traced.shown, options)
-        emit(text, options, say, encoding=source_encoding(traced.shown))
-    if isinstance(options.json, str):
-        write(_json(program), options.json, options, "--json", say, form="json")
-    if options.html:
+        emit(text, outputs.output, written, say, encoding=source_encoding(traced.shown))
+    if isinstance(outputs.json, str):
+        write(_json(program), outputs.json, written, "--json", say, form="json")
+    if outputs.html:
         from jaxside.render.html import side_by_side
 
-        write(side_by_side(program, traced.shown, shapes=options.shapes), options.html, options, "--html",
+        write(side_by_side(program, traced.shown, shapes=outputs.shapes), outputs.html, written, "--html",
               say, form="html")
-    if options.export or options.check:
+    if options.jax.export or options.jax.check:
         return run_export(options, program, entry, say)
     return EXIT_OK
 
@@ -136,19 +138,20 @@ def run_export(options: Options, program: Any, entry: Any, say: Say) -> int:
     compared with torch eager (its table on stderr); the exit code."""
     from jaxside.annotate.export import module_source
 
-    text = module_source(program, options.shown_file, options.style, entry.fn)
-    if options.export:
-        emit(text, options, say)
-    if not options.check:
+    module = options.jax
+    text = module_source(program, options.source.shown_file, module.style, entry.fn)
+    if module.export:
+        emit(text, options.outputs.output, _guard(options), say)
+    if not module.check:
         return EXIT_OK
     from jaxside.annotate.check import check_export, load_module
     from jaxside.annotate.check_modules import runner
 
-    unwritten = "" if options.export else "; not written: --export -o PATH keeps it"
+    unwritten = "" if module.export else "; not written: --export -o PATH keeps it"
     with stdout_to_stderr():  # torch eager runs the user's code again
-        report = check_export(load_module(text), program, entry, rtol=options.rtol, atol=options.atol,
+        report = check_export(load_module(text), program, entry, rtol=module.rtol, atol=module.atol,
                               note=unwritten, show=lambda line: print(line, file=sys.stderr),
-                              run=runner(options.style))
+                              run=runner(module.style))
     return report.exit_code
 
 
@@ -156,21 +159,21 @@ def write_copies(options: Options, program: Any, traced: files.Traced, say: Say)
     """``-o DIR/``: an annotated copy of each traced file, in that file's own encoding."""
     from jaxside.annotate.loading import source_encoding
 
-    copies = files.copy_paths(traced, options.output)
+    copies = files.copy_paths(traced, options.outputs.output)
     for target in copies.values():
         files.refuse_sources(target, traced, "-o")
     texts = {source: _comments(program, source, options) for source in copies}
     for source, target in copies.items():  # every target checked before the first is written
         target.parent.mkdir(parents=True, exist_ok=True)
-        check_target(str(target), dataclasses.replace(options, file=source), "-o")
+        check_target(str(target), Guard(source, options.outputs.force), "-o")
     for source, target in copies.items():
-        write(texts[source], str(target), options, "-o", say, encoding=source_encoding(source))
+        write(texts[source], str(target), _guard(options), "-o", say, encoding=source_encoding(source))
 
 
 def _comments(program: Any, path: str, options: Options) -> str:
     from jaxside.render.comments import annotate_file
 
-    return annotate_file(program, path, shapes=options.shapes)
+    return annotate_file(program, path, shapes=options.outputs.shapes)
 
 
 def _json(program: Any) -> str:
@@ -181,4 +184,10 @@ def _json(program: Any) -> str:
 
 def _shown_as(options: Options) -> str | None:
     """FILE's name in notes when it was read from a pipe (`<stdin>`), else None."""
-    return options.shown_file if options.shown_file != options.file else None
+    source = options.source
+    return source.shown_file if source.shown_file != source.file else None
+
+
+def _guard(options: Options) -> Guard:
+    """What decides whether the run may write a path: FILE, and ``--force``."""
+    return Guard(options.source.file, options.outputs.force)

@@ -189,20 +189,34 @@ def test_importing_jaxside_and_its_api_imports_neither_torch_nor_jax():
 
 def test_the_api_and_the_command_line_share_one_set_of_option_names():
     """Every keyword option of the API is a field of the options the command line builds, and every
-    such field (but the pipe's `shown_file`) is a flag of the command line: one name for each."""
+    such field (but the pipe's `shown_file`) is a flag of the command line: one name for each. The
+    fields are read through the records they are grouped in (`Options.source.entry` is ``--entry``),
+    and `of` builds the options from exactly those names."""
     import dataclasses
     import inspect
+    import typing
 
     from jaxside.annotate.cli import build_parser
+    from jaxside.annotate.options import flag_names
     from jaxside.annotate.review.command import build_parser as build_review_parser
+
+    def leaves(record: type) -> list[str]:
+        hints = typing.get_type_hints(record)
+        return [name for f in dataclasses.fields(record) for name in (
+            leaves(hints[f.name]) if dataclasses.is_dataclass(hints[f.name]) else [f.name])]
 
     for options, parser, functions in [
         (jaxside.Options, build_parser(), [jaxside.export, jaxside.annotate_source]),
         (jaxside.ReviewOptions, build_review_parser(), [jaxside.review]),
     ]:
-        fields = {f.name for f in dataclasses.fields(options)} - {"shown_file"}
+        named = leaves(options)
+        assert len(named) == len(set(named)), named  # no name in two records
+        fields = set(named) - {"shown_file"}
         flags = {action.dest for action in parser._actions} - {"help", "version"}
         assert fields == flags, fields ^ flags
+        assert flag_names(options) == set(named)
+        with pytest.raises(TypeError, match="no option colour"):
+            options.of(file="m.py", port="p.py", colour=True)
         for function in functions:
             keywords = {p.name for p in inspect.signature(function).parameters.values()
                         if p.kind is p.KEYWORD_ONLY}

@@ -155,7 +155,7 @@ def test_export_and_check_go_to_the_exporter_with_its_exit_code(tmp_path, capsys
     flags = ["--export", "--check", "--rtol", "1e-4", "--kwargs", "dict(use_cache=False)"]
     assert main([str(file), *flags]) == 1
     ((options, entry, trace),) = renderers.exported
-    assert options.check and options.rtol == 1e-4 and entry.kwargs == {"use_cache": False}
+    assert options.jax.check and options.jax.rtol == 1e-4 and entry.kwargs == {"use_cache": False}
     assert type(entry.fn).__name__ == "Net" and trace.entry == "Net"
     assert capsys.readouterr().out == ""
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jaxside.annotate.api.shared import Traced, trace_entry, watched
+from jaxside.annotate.api.shared import Traced, trace_entry, watched, with_file
 from jaxside.annotate.options import Options
 
 __all__ = ["Annotated", "annotate_source"]
@@ -23,10 +22,10 @@ class Annotated:
 
         self._traced, self.options = traced, options
         self.program = traced.program
-        self._files = files.choose(traced.trace, traced.file, options.file_name)
+        self._files = files.choose(traced.trace, traced.file, options.outputs.file_name)
         self.file: str = self._files.shown
         """The file the comments are for: the entry's, else the one whose lines made most JAX."""
-        self.text: str = annotate_file(self.program, self.file, shapes=options.shapes)
+        self.text: str = annotate_file(self.program, self.file, shapes=options.outputs.shapes)
         self.map: dict[str, Any] = line_map(self.program)
         """``annotate --json``'s map (schema ``jaxside.map/1``, docs/usage.md)."""
 
@@ -39,7 +38,7 @@ class Annotated:
         """Every traced file's annotated text (what ``-o DIR/`` writes), by path."""
         from jaxside.render.comments import annotate_file
 
-        return {file: annotate_file(self.program, file, shapes=self.options.shapes)
+        return {file: annotate_file(self.program, file, shapes=self.options.outputs.shapes)
                 for file, n in self._files.lines.items() if n}
 
     def __str__(self) -> str:
@@ -56,7 +55,7 @@ class Annotated:
         """The side-by-side page of `file` (what ``annotate FILE --html PATH`` writes)."""
         from jaxside.render.html import side_by_side
 
-        return side_by_side(self.program, self.file, shapes=self.options.shapes)
+        return side_by_side(self.program, self.file, shapes=self.options.outputs.shapes)
 
     def _repr_html_(self) -> str:
         from jaxside.render.html.page import framed
@@ -78,6 +77,6 @@ def annotate_source(
     """Trace ``fn(*args, **inputs)`` and annotate its file as ``annotate FILE`` does; the options
     are the command line's, by the same names (`file_name` is ``--file``). Keyword inputs named
     like an option go in `kwargs`."""
-    options = Options(file="", file_name=file_name, shapes=shapes, abstract=abstract, watch=watched(watch))
+    options = Options.of(file="", file_name=file_name, shapes=shapes, abstract=abstract, watch=watched(watch))
     traced = trace_entry(fn, args, {**(kwargs or {}), **inputs}, options)
-    return Annotated(traced, dataclasses.replace(options, file=traced.file))
+    return Annotated(traced, with_file(options, traced.file))

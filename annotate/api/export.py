@@ -10,13 +10,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jaxside.annotate.api.shared import Traced, label, refuse_sources, trace_entry, watched
+from jaxside.annotate.api.shared import Traced, label, refuse_sources, trace_entry, watched, with_file
 from jaxside.annotate.options import Options
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ class Export:
         self._traced, self.options = traced, options
         self.program = traced.program
         if source is None:
-            source = module_source(traced.program, label(traced.file), options.style, traced.entry.fn)
+            source = module_source(traced.program, label(traced.file), options.jax.style, traced.entry.fn)
         self.source: str = source
         """The module's text, as ``annotate --export`` writes it (without the seal)."""
         self.module: types.ModuleType = load_module(self.source, "jaxside_export")
@@ -115,20 +114,20 @@ class Export:
             raise Failure("check() compares numbers with torch, and an abstract export has none",
                           "export without abstract=True to check it")
         given = (args, kwargs) if args or kwargs else None
-        rtol = self.options.rtol if rtol is None else rtol
-        atol = self.options.atol if atol is None else atol
+        rtol = self.options.jax.rtol if rtol is None else rtol
+        atol = self.options.jax.atol if atol is None else atol
         return check_export(self.module, self.program, self._traced.entry, rtol=rtol, atol=atol,
-                            given=given, run=runner(self.options.style))
+                            given=given, run=runner(self.options.jax.style))
 
     def write(self, path: str | Path, *, force: bool | None = None) -> bool:
         """Write the module to `path` as ``annotate --export -o PATH`` does: sealed, only when it
         changed, never over a file the trace ran, and over a file annotate did not write only with
         `force`. Whether the file changed."""
         from jaxside.annotate.errors import Failure
-        from jaxside.annotate.output import write
+        from jaxside.annotate.output import Guard, write
 
-        force = self.options.force if force is None else force
-        guard = dataclasses.replace(self.options, force=force)
+        force = self.options.outputs.force if force is None else force
+        guard = Guard(self.options.source.file, force)
         try:
             refuse_sources(path, self.program.trace, "path")
             return write(self.source, str(path), guard, "path", _quiet)
@@ -150,7 +149,7 @@ class Export:
         """The side-by-side page of the program written (what ``--export --html PATH`` writes)."""
         from jaxside.render.html import side_by_side
 
-        return side_by_side(self.program, shapes=self.options.shapes)
+        return side_by_side(self.program, shapes=self.options.outputs.shapes)
 
     def _repr_html_(self) -> str:
         """The side-by-side view in a notebook: torch beside the export's statements."""
@@ -181,8 +180,8 @@ def export(
     """Trace ``fn(*args, **inputs)`` (an `nn.Module` or a function) and export it as ``annotate
     --export`` does; the options are the command line's, by the same names (docs/api.md).
     Keyword inputs named like an option go in `kwargs`."""
-    options = Options(file="", export=True, static_shapes=static_shapes, style=style, abstract=abstract,
-                      watch=watched(watch), rtol=rtol, atol=atol, shapes=shapes, force=force)
+    options = Options.of(file="", export=True, static_shapes=static_shapes, style=style, abstract=abstract,
+                         watch=watched(watch), rtol=rtol, atol=atol, shapes=shapes, force=force)
     traced = trace_entry(fn, args, {**(kwargs or {}), **inputs}, options)
-    return Export(traced, dataclasses.replace(options, file=traced.file))
+    return Export(traced, with_file(options, traced.file))
 

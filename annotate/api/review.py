@@ -42,9 +42,9 @@ def review(
     if module is None:
         module = sys.modules["__main__"]
     name = getattr(port_entry, "__name__", type(port_entry).__name__)
-    options = ReviewOptions(file=label(_file_of(torch_entry)), port=label(_file_of(port_entry)),
-                            port_entry=name, params_map=_params_map(params_map),
-                            port_weights=port_weights, rtol=rtol, atol=atol)
+    options = ReviewOptions.of(file=label(_file_of(torch_entry)), port=label(_file_of(port_entry)),
+                               port_entry=name, params_map=_params_map(params_map),
+                               port_weights=port_weights, rtol=rtol, atol=atol)
     entry = Entry(torch_entry, tuple(args), {**(kwargs or {}), **inputs})
     return review_entries(options, entry, lambda _torch_entry: (module, port_entry, name), _silent)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import sys
 import types
@@ -13,7 +14,7 @@ from typing import Any
 
 from jaxside.annotate.options import Options
 
-__all__ = ["Traced", "label", "refuse_sources", "trace_entry", "watched"]
+__all__ = ["Traced", "label", "refuse_sources", "trace_entry", "watched", "with_file"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class Traced:
 def watched(items: Iterable[str | types.ModuleType]) -> tuple[str, ...]:
     """The `watch` option as the command line has it: paths and module names."""
     return tuple(item.__name__ if isinstance(item, types.ModuleType) else str(item) for item in items)
+
+
+def with_file(options: Options, file: str) -> Options:
+    """`options` for the file the traced entry is in (the API's FILE)."""
+    return dataclasses.replace(options, source=dataclasses.replace(options.source, file=file))
 
 
 def _say(text: str) -> None:
@@ -53,7 +59,7 @@ def trace_entry(
     with quiet():
         trace = Capture(watch=watch, abstract=options.abstract)(fn, *args, **kwargs)
     retrace = None
-    if options.generic:
+    if options.jax.generic:
         def retrace(resize: Any) -> Any:
             with quiet():
                 return Capture(watch=watch, abstract=options.abstract, resize=resize)(fn, *args, **kwargs)

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import EXIT_MISMATCH, EXIT_OK, Failure
 from jaxside.annotate.options import ReviewOptions
-from jaxside.annotate.output import check_target, stdout_to_stderr, to_stdout, write
+from jaxside.annotate.output import Guard, check_target, stdout_to_stderr, to_stdout, write
 from jaxside.annotate.status import Status
 
 __all__ = ["main"]
@@ -60,14 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check(options: ReviewOptions) -> None:
     from jaxside.annotate.loading import check_source
 
-    for path in (options.file, options.port, options.params_map):
+    for path in (options.source.file, options.port, options.params_map):
         if isinstance(path, str):
             check_source(path)
     for name, value in (("rtol", options.rtol), ("atol", options.atol)):
         if not value >= 0:
             raise Failure(f"--{name} must be a number >= 0", f"e.g. --{name} 1e-5")
     if options.html and options.html != "-":
-        check_target(options.html, options, "--html")
+        check_target(options.html, _guard(options), "--html")
 
 
 def _run(options: ReviewOptions) -> int:
@@ -86,15 +86,20 @@ def _review(options: ReviewOptions, status: Status) -> int:
     from jaxside.annotate.review.result import review_entries
 
     with stdout_to_stderr():
-        status.phase(f"tracing {Path(options.file).name}")
-        entry = find_entry(load_file(options.file), options)
+        status.phase(f"tracing {Path(options.source.file).name}")
+        entry = find_entry(load_file(options.source.file), options.source)
         review = review_entries(options, entry,
                                 lambda torch_entry: _port_entry(options, torch_entry, entry.fn), status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:
-        write(review.html(), options.html, options, "--html", status.say, form="html")
+        write(review.html(), options.html, _guard(options), "--html", status.say, form="html")
     return EXIT_OK if review.ok else EXIT_MISMATCH
+
+
+def _guard(options: ReviewOptions) -> Guard:
+    """What decides whether ``--html`` may be written: TORCH_FILE, and ``--force``."""
+    return Guard(options.source.file, options.force)
 
 
 def _port_entry(options: ReviewOptions, torch_entry: str, model: Any = None) -> tuple[Any, Any, str]:

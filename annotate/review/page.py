@@ -64,10 +64,10 @@ def _read(file: str) -> str:
 
 
 def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> str:
-    torch_path, port_path = Path(options.file).resolve(), Path(options.port).resolve()
+    torch_path, port_path = Path(options.source.file).resolve(), Path(options.port).resolve()
     sited = {site.file for site in port.trace.eqn_sites if site is not None}
     port_files = [f for f in side_files(port, options.port) if f in sited] or [str(port_path)]
-    torch_label = labels(side_files(torch, options.file))
+    torch_label = labels(side_files(torch, options.source.file))
     port_label = labels(side_files(port, options.port))
     table = rows(torch, port, alignment)
     texts = {f: _read(f) for f in {*port_files, *(f for f, _ in table)}}

@@ -105,13 +105,14 @@ def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping:
     from jaxside.annotate.review.outputs import matched
 
     outputs_close = matched(leaves)
-    out = [f"review: {options.file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
+    torch_file = options.source.file
+    out = [f"review: {torch_file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
                f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
                if mapping.unused_torch else ""),
            *mapping.checked, "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
-    torch_label = labels(side_files(torch, options.file))
+    torch_label = labels(side_files(torch, torch_file))
     port_label = labels(side_files(port, options.port))
     for (file, line), (lines, err, ok, seen) in rows(torch, port, alignment).items():
         where = grouped(lines, port_label) if lines else "-"

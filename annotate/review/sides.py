@@ -26,7 +26,7 @@ def torch_side(options: ReviewOptions, entry: Any) -> tuple[Any, list[Any], dict
     from jaxside.annotate.errors import UserCodeRaised
     from jaxside.tracing import Capture, CaptureError
 
-    file = str(Path(options.file).resolve())
+    file = str(Path(options.source.file).resolve())
     try:
         trace = Capture(watch=[file])(entry.fn, *entry.args, **entry.kwargs)
     except CaptureError:
@@ -49,7 +49,7 @@ def torch_side(options: ReviewOptions, entry: Any) -> tuple[Any, list[Any], dict
             values.append(state[item.name])
         else:
             raise Failure(f"the torch input {item.name} is not in the module's state_dict",
-                          "register it as a parameter or buffer", file=options.file)
+                          "register it as a parameter or buffer", file=options.source.file)
     return trace, values, state, data
 
 
