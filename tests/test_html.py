@@ -205,12 +205,12 @@ def test_lines_that_did_not_run_are_told_from_the_evidence(tmp_path: Path):
     import ast
 
     from jaxside.render.html.runs import Runs
-    from jaxside.tracing.trace import Call, Site
+    from jaxside.tracing.trace import Call, Seen, Site
 
     file = tmp_path / "runs.py"
     file.write_text(RUNS_SOURCE)
     site = Site(str(file), 6, 6, 8, 13, "x + 1")
-    call = Call("f", str(file), 1, eqns=[0], bindings=[("y", 6, object())])
+    call = Call("f", str(file), 1, eqns=[0], seen=Seen(bindings=[("y", 6, object())]))
     root = Call("<entry>", str(file), 0, children=[call])
     trace = type("FakeTrace", (), {"root": root, "eqn_sites": [site]})()
     runs = Runs(trace, str(file), ast.parse(RUNS_SOURCE))

@@ -21,7 +21,7 @@ from jaxside.tracing._gradients import custom_jvp_rules, gradients
 from jaxside.tracing._jaxprs import is_backward, walk
 from jaxside.tracing._session import Entry, Returned
 from jaxside.tracing._source import SourceIndex
-from jaxside.tracing.trace import Call, Input, Origin, Site, StateUpdate, Trace
+from jaxside.tracing.trace import Call, Input, Origin, Seen, Site, StateUpdate, Trace
 
 
 def assemble(
@@ -59,9 +59,7 @@ def assemble(
             module_type=type(receiver).__name__ if is_module else None,
             args=list(record.args),
             returned=list(record.returned),
-            bindings=_resolved(record.bindings, views),
-            numbers=list(record.numbers),
-            attributes=_attributes(receiver) if isinstance(receiver, torch.nn.Module) else {},
+            seen=_seen(record, views),
             children=[to_call(child) for child in record.children],
             call_site=sources.site(*record.caller) if record.caller else None,
             raised=record.raised,
@@ -103,6 +101,14 @@ def assemble(
         static_outputs=returned.static, state=state, root=root, origins=origins,
         eqn_sites=sites, eqn_calls=eqn_calls, entry=entry.name, frontend=entry.frontend, **jax_parts,
     )
+
+
+def _seen(record: CallRecord, views: Mapping[int, tuple[object, Any]]) -> Seen:
+    """What the frame hook saw in the call `record` is: its bindings (views resolved to the vars
+    they materialized to), its numbers, and the numbers a module's `self` held."""
+    receiver = record.receiver
+    attributes = _attributes(receiver) if isinstance(receiver, torch.nn.Module) else {}
+    return Seen(_resolved(record.bindings, views), list(record.numbers), attributes)
 
 
 def _resolved(
@@ -228,7 +234,7 @@ def _origins(
     for call in root.walk():
         for child in call.children:
             parents[id(child)] = call
-        for name, _line, var in call.bindings:
+        for name, _line, var in call.seen.bindings:
             names.setdefault((id(call), var), name)
     origins: dict[Any, Origin] = {}
     for item in inputs:

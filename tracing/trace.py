@@ -73,6 +73,23 @@ class StateUpdate:
 
 
 @dataclass
+class Seen:
+    """What the frame hook saw inside one call besides its equations: the locals it bound to
+    traced values and to numbers, and the numbers `self` held. Lowering reads its evidence here
+    (`render.lower.evidence`)."""
+
+    bindings: list[tuple[str, int, Any]] = field(default_factory=list)
+    """`(local name, line, var)` each time the call bound a local to a traced value."""
+    numbers: list[tuple[str, int, Any]] = field(default_factory=list)
+    """`(local name, line, value)` each time the call bound a local to a Python number (or a
+    tuple of ints): `kv_size = self.n_local_heads * self.head_dim` bound 24."""
+    attributes: dict[str, Any] = field(default_factory=dict)
+    """The numbers `self` held when the call returned, by attribute path (`n_head`, `eps`,
+    `config.rope_theta` for an object it keeps): the values of the `self.<path>` reads in the
+    torch code. Empty for a function."""
+
+
+@dataclass
 class Call:
     """One call of a user function (or module method) and the equations it emitted."""
 
@@ -93,15 +110,8 @@ class Call:
     """Vars made inside the call and used after it (or program outputs)."""
     returned: list[tuple[str, Any]] = field(default_factory=list)
     """Traced values in the return value, by path (`''` for a bare tensor, `[0]`, ...)."""
-    bindings: list[tuple[str, int, Any]] = field(default_factory=list)
-    """`(local name, line, var)` each time this call bound a local to a traced value."""
-    numbers: list[tuple[str, int, Any]] = field(default_factory=list)
-    """`(local name, line, value)` each time this call bound a local to a Python number (or a
-    tuple of ints): `kv_size = self.n_local_heads * self.head_dim` bound 24."""
-    attributes: dict[str, Any] = field(default_factory=dict)
-    """The numbers `self` held when the call returned, by attribute path (`n_head`, `eps`,
-    `config.rope_theta` for an object it keeps): the values of the `self.<path>` reads in the
-    torch code. Empty for a function."""
+    seen: Seen = field(default_factory=Seen)
+    """What the frame hook saw of the call's locals and of `self`."""
     children: list[Call] = field(default_factory=list)
     call_site: Site | None = None
     """Where the caller called it (None for the root)."""

@@ -61,7 +61,7 @@ class Runs:
         for site in sites:
             if site is not None and _same(site.file, target):
                 lines.update(range(site.line, site.end_line + 1))
-        lines.update(line for _, line, _ in call.bindings)
+        lines.update(line for _, line, _ in call.seen.bindings)
         return lines
 
     def _skipped_lines(self, body: list[ast.stmt], calls: list[tuple[set[int], bool]]) -> set[int]:

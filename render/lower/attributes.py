@@ -5,7 +5,7 @@
     q = jnp.reshape(q, (bsz, seqlen, config.n_head, config.head_dim))
 
 Evidence, never a guess by value alone: the trace records the numbers each module held
-(`Call.attributes`) and each number a line bound to a local (`Call.numbers`). A literal of a
+(`Call.seen.attributes`) and each number a line bound to a local (`Call.seen.numbers`). A literal of a
 statement is named only when the torch expression it came from (the statement's site, or the
 site of the value folded into it) reads an attribute, or a local made of attributes, whose value
 is the literal's (in the literal's dtype: a float is the attribute rounded as torch rounded it),
@@ -240,7 +240,7 @@ def _attention_scale(owner: Owner, expression: ast.expr, value: ast.expr, node: 
     line = getattr(expression, "lineno", 0)
     sizes: set[int | None] = set()
     for call in owner.function.calls:
-        bound = [var for name, at, var in call.bindings if name == torch_name and at <= line]
+        bound = [var for name, at, var in call.seen.bindings if name == torch_name and at <= line]
         sizes.add(bound[-1].aval.shape[-1] if bound and bound[-1].aval.shape else None)
     if len(ids) != 1 or len(sizes) != 1 or None in sizes:
         return None

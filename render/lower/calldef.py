@@ -76,7 +76,7 @@ class CallDef(Body):
 
     def build(self) -> None:
         node = self.node
-        self.scope.preferred = {name for name, _, _ in node.call.bindings}
+        self.scope.preferred = {name for name, _, _ in node.call.seen.bindings}
         function = Function("", [n.call for n in self.group.nodes], [], [], None, self.scope)
         items = self.tree.items(node)
         self._count_uses(node, items)

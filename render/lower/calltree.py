@@ -137,7 +137,7 @@ class CallTree:
         return [item for _, item in sorted(keyed, key=lambda pair: pair[0])]
 
     def local_name(self, node: Node, v: Any) -> str | None:
-        for name, _line, var in node.call.bindings:
+        for name, _line, var in node.call.seen.bindings:
             if self.ctx.flow.resolve(var) is v:
                 return name
         return None

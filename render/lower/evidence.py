@@ -4,7 +4,7 @@
 computes it from the export's names: `self.n_head` from the module's attributes as
 `config.n_head`, a local bound to a number from the attributes its assignment read
 (`kv_size`), `x.shape[-1]` from an argument's shape in every call of the def, and arithmetic of
-them. Nothing is read that the trace did not record (`Call.attributes`, `Call.numbers`,
+them. Nothing is read that the trace did not record (`Call.seen`: its `attributes` and `numbers`;
 `Call.args`); a node it cannot evaluate so gives None. `render.lower.attributes` decides which
 literal a number is.
 """
@@ -61,11 +61,11 @@ def owner_of(function: Function) -> Owner | None:
     calls = function.calls
     first = calls[0]
     attributes = {
-        path: value for path, value in first.attributes.items()
-        if all(c.attributes.get(path, None) == value for c in calls[1:])
+        path: value for path, value in first.seen.attributes.items()
+        if all(c.seen.attributes.get(path, None) == value for c in calls[1:])
     }
     numbers: dict[str, list[tuple[int, Any]]] = {}
-    for name, line, value in first.numbers:
+    for name, line, value in first.seen.numbers:
         numbers.setdefault(name, []).append((line, value))
     shapes: dict[str, tuple[int | None, ...]] = {}
     for name, var in first.args:  # per axis: the size every call had, else None
@@ -189,7 +189,7 @@ class Reader:
             return None
         shape = self.owner.shapes.get(holder.id)
         first = self.owner.function.calls[0]
-        if any(name == holder.id and at < line for name, at, _ in first.bindings):
+        if any(name == holder.id and at < line for name, at, _ in first.seen.bindings):
             return None  # torch rebound it before this line: not the argument any more
         if shape is None or holder.id not in self.owner.function.params:
             return None
@@ -205,9 +205,9 @@ class Reader:
         under the one name the JAX statement gives that local."""
         sizes = set()
         for call in self.owner.function.calls:
-            if any(local == name and line <= at < self.line for local, at, _ in call.bindings):
+            if any(local == name and line <= at < self.line for local, at, _ in call.seen.bindings):
                 return None  # rebound between: the statement reads another value of that name
-            bound = [var for local, at, var in call.bindings if local == name and at < line]
+            bound = [var for local, at, var in call.seen.bindings if local == name and at < line]
             shape = tuple(getattr(getattr(bound[-1], "aval", None), "shape", ())) if bound else ()
             sizes.add(shape[axis] if -len(shape) <= axis < len(shape) else None)
         if len(sizes) != 1 or None in sizes:
