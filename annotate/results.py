@@ -138,7 +138,7 @@ def run_export(options: Options, program: Any, entry: Any, say: Say) -> int:
 
     text = module_source(program, options.shown_file, options.style, entry.fn)
     if options.export:
-        emit(text, options, say)
+        emit(text, options, say, form="module")
     if not options.check:
         return EXIT_OK
     from jaxside.annotate.check import check_export, load_module

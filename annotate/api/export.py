@@ -131,7 +131,7 @@ class Export:
         guard = dataclasses.replace(self.options, force=force)
         try:
             refuse_sources(path, self.program.trace, "path")
-            return write(self.source, str(path), guard, "path", _quiet)
+            return write(self.source, str(path), guard, "path", _quiet, form="module")
         except Failure as failure:  # said as for the command line: the flag is this keyword here
             failure.fix = failure.fix.replace("pass --force", "pass force=True")
             raise
