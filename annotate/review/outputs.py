@@ -39,7 +39,7 @@ def keys(path: str) -> tuple[str, ...]:
 def _port_outputs(port: Any, module_port: bool) -> list[tuple[str, Any]]:
     """The port's returned leaves: for a module port (traced as `(output, new state)`), the output's."""
     found = []
-    for path, var in port.trace.outputs:
+    for path, var in port.outputs:
         if module_port:
             if not path.startswith("[0]"):
                 continue
@@ -52,7 +52,7 @@ def match_outputs(torch: Any, port: Any, module_port: bool) -> dict[Any, tuple[s
     """Each torch output leaf's var -> the port output leaf (path, var) it meets, or None."""
     free = [(path, var) for path, var in _port_outputs(port, module_port) if var in port.values]
     found: dict[Any, tuple[str, Any] | None] = {}
-    for path, var in torch.trace.outputs:
+    for path, var in torch.outputs:
         if var not in torch.values:
             continue
         size, want = torch.values[var].size, keys(path)
@@ -78,7 +78,7 @@ def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: fl
     paired = {pair.torch_var: pair.close for pair in alignment.pairs}
     ignored = unreturned(matches)
     result = []
-    for path, var in torch.trace.outputs:
+    for path, var in torch.outputs:
         if var not in matches:
             continue
         value, match = torch.values[var], matches[var]
@@ -90,11 +90,11 @@ def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: fl
         got = port.values[match[1]]
         result.append(Leaf(path or "output", match[0] or "output", shape, error(value, got),
                            close(value, got, rtol, atol)))
-    for update in torch.trace.state:
-        if update.var in torch.values:
-            value = torch.values[update.var]
+    for update, var in torch.state:
+        if var in torch.values:
+            value = torch.values[var]
             result.append(Leaf(f"{update.input.name} (updated in place)", None,
-                               f"{value.dtype}{list(value.shape)}", None, paired.get(update.var, False)))
+                               f"{value.dtype}{list(value.shape)}", None, paired.get(var, False)))
     return result
 
 
