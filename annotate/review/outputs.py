@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jaxside.annotate.review.align import close, error
+from jaxside.annotate.review.align import Constant, close, error
 
 _KEY = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]|\.(\w+)")
 
@@ -72,10 +72,23 @@ def unreturned(matches: dict[Any, tuple[str, Any] | None]) -> set[Any]:
     return missing if len(missing) < len(matches) else set()
 
 
+def _computed(torch: Any, port: Any, alignment: Any, rtol: float, atol: float) -> dict[Any, bool]:
+    """Torch value -> whether a port value equals it: its pair's verdict, or for a constant (no
+    equation made it, so nothing was paired with it) whether a value the port made or returns does."""
+    found = {pair.torch_var: pair.close for pair in alignment.pairs}
+    theirs = [port.values[v] for v in [*port.checkpoints, *port.outvars] if v in port.values]
+    for var in torch.outvars:
+        if isinstance(var, Constant) and var in torch.values:
+            value = torch.values[var]
+            found[var] = any(t.size == value.size and t.dtype == value.dtype and close(value, t, rtol, atol)
+                             for t in theirs)
+    return found
+
+
 def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: float,
                     matches: dict[Any, tuple[str, Any] | None]) -> list[Leaf]:
     """Every torch output leaf and in-place state update against the port."""
-    paired = {pair.torch_var: pair.close for pair in alignment.pairs}
+    paired = _computed(torch, port, alignment, rtol, atol)
     ignored = unreturned(matches)
     result = []
     for path, var in torch.outputs:

@@ -1,5 +1,5 @@
-"""A linear layer that also returns its window size as a tensor, as Gemma 2's cache does: the jaxpr
-returns the constant as a literal (for tests/test_review_literals.py)."""
+"""A linear layer that also returns its window size as a tensor, as Gemma 2's cache does, and sets a
+flag buffer in place: the jaxpr returns both constants as literals (for tests/test_review_literals.py)."""
 
 import torch
 import torch.nn as nn
@@ -10,8 +10,10 @@ class Windowed(nn.Module):
         super().__init__()
         self.proj = nn.Linear(8, 8)
         self.window = 4
+        self.register_buffer("ran", torch.tensor(0.0))
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.ran.fill_(1.0)
         y = torch.tanh(self.proj(x)) * 2.0
         return {"y": y, "window": torch.tensor(self.window)}
 
