@@ -119,7 +119,7 @@ def write(
     encoding: str = "utf-8", form: str = "python",
 ) -> bool:
     """Write `text` to `path` when it changed: whole or not at all (a temporary file renamed over it),
-    sealed as `form` (``python``, ``html`` or ``json``); stdout gets the text alone. Whether the
+    sealed as `form` (``python``, ``module``, ``html`` or ``json``); stdout gets the text alone. Whether the
     file changed."""
     interrupts.check()
     if path == "-":

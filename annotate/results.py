@@ -141,7 +141,7 @@ def run_export(options: Options, program: Any, entry: Any, say: Say) -> int:
     module = options.jax
     text = module_source(program, options.source.shown_file, module.style, entry.fn)
     if module.export:
-        emit(text, options.outputs.output, _guard(options), say)
+        emit(text, options.outputs.output, _guard(options), say, form="module")
     if not module.check:
         return EXIT_OK
     from jaxside.annotate.check import check_export, load_module

@@ -32,7 +32,8 @@ def _newline(data: bytes) -> bytes:
 
 def seal(data: bytes, form: str = "python") -> bytes:
     """`data` (a file's bytes, in any ASCII-compatible encoding) with its seal added. `form` is
-    ``python`` (also any ``#`` comment text), ``html`` or ``json`` (a JSON object)."""
+    ``python`` (also any ``#`` comment text), ``module`` (a module jaxside wrote, laid out as
+    `ruff format` lays it out), ``html`` or ``json`` (a JSON object)."""
     if form == "json":
         body = data.rstrip()
         if not body.endswith(b"}"):
@@ -44,7 +45,7 @@ def seal(data: bytes, form: str = "python") -> bytes:
         newline = _newline(data)
         if data and not data.endswith((b"\n", b"\r")):
             data += newline
-        last = data.rstrip().splitlines()[-1:] if form == "python" else []
+        last = data.rstrip().splitlines()[-1:] if form == "module" else []
         if last and last[0][:1] in (b" ", b"\t"):
             # After an indented block, two blank lines, as `ruff format` puts before a top-level comment.
             blank_lines = (len(data) - len(data.rstrip(b"\r\n"))) // len(newline) - 1

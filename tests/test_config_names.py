@@ -302,7 +302,7 @@ def test_a_field_of_any_value_and_path_is_valid_code():
     fields = [ConfigField("fill", -math.inf, "", "fill"), ConfigField("eps", math.nan, "", "eps"),
               ConfigField("n_head", 3, "blocks.²", "n_head")]
     namespace: dict[str, Any] = {"dataclasses": dataclasses}
-    exec(module_text._config_class(SimpleNamespace(config=fields)), namespace)
+    exec(module_text.config_class(SimpleNamespace(config=fields)), namespace)
     config = namespace["Config"]()
     assert config.fill == -math.inf and math.isnan(config.eps) and config.n_head == 3
     model = nn.Module()

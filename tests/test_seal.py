@@ -91,7 +91,7 @@ def test_stdout_carries_no_seal(file, capsysbinary):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400) | st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
-       st.sampled_from(["python", "html"]))
+       st.sampled_from(["python", "module", "html"]))
 @example(b"import jax\n", "python")
 @example(b"x = 1  # jax: remember\r\n", "python")
 @example(b"", "python")
@@ -115,12 +115,13 @@ def test_a_sealed_module_passes_ruff_format():
     """Exports end in a def: the seal follows it after two blank lines, as `ruff format` lays out a
     top-level comment after a block."""
     module = b'"""A module."""\n\n\ndef f(x):\n    return x\n'
-    sealed = seal(module, "python")
+    sealed = seal(module, "module")
     assert sealed.startswith(module + b"\n\n# jaxside: written by annotate, digest ")
     ruff = Path(sys.executable).parent / "ruff"
     done = subprocess.run([str(ruff), "format", "--check", "-"], input=sealed, capture_output=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert seal(b"x = 1\n", "python").startswith(b"x = 1\n# jaxside")
+    assert seal(b"x = 1\n", "module").startswith(b"x = 1\n# jaxside")
+    assert seal(module, "python").startswith(module + b"# jaxside")  # a user's file annotated: as it was
 
 
 @settings(max_examples=100, deadline=None)

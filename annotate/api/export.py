@@ -130,7 +130,7 @@ class Export:
         guard = Guard(self.options.source.file, force)
         try:
             refuse_sources(path, self.program.trace, "path")
-            return write(self.source, str(path), guard, "path", _quiet)
+            return write(self.source, str(path), guard, "path", _quiet, form="module")
         except Failure as failure:  # said as for the command line: the flag is this keyword here
             failure.fix = failure.fix.replace("pass --force", "pass force=True")
             raise

@@ -10,6 +10,19 @@ import jax
 import numpy as np
 
 
+@dataclass(eq=False)
+class Constant:
+    """A program output the jaxpr writes as a literal (Gemma 2's constant results): a value no
+    equation produces. It stands in for the `Literal`, which is unhashable, and is its own key: two
+    outputs of one literal are two values, never one looked up by identity."""
+
+    literal: Any
+
+    @property
+    def aval(self) -> Any:
+        return self.literal.aval
+
+
 @dataclass
 class Side:
     """One traced program, every value it computed, and its checkpoints (values leaving an expression)."""
@@ -19,6 +32,23 @@ class Side:
     checkpoints: list[Any]
     producer: dict[Any, int]
     ancestors: dict[Any, frozenset[Any]] = field(default_factory=dict)
+    outvars: list[Any] = field(default_factory=list)
+    """The jaxpr's outvars, a `Constant` for each literal: the keys the program's results have here."""
+
+    @property
+    def outputs(self) -> list[tuple[str, Any]]:
+        """`trace.outputs` by these keys: (path, var or `Constant`) per returned leaf."""
+        return [(path, var) for (path, _), var in zip(self.trace.outputs, self.outvars)]
+
+    @property
+    def state(self) -> list[tuple[Any, Any]]:
+        """`trace.state` by these keys: (update, var or `Constant`) per input updated in place."""
+        return list(zip(self.trace.state, self.outvars[len(self.trace.outputs):]))
+
+
+def is_literal(var: Any) -> bool:
+    """A constant operand or result (a jaxpr `Literal`): no producer, unhashable, never a dict key."""
+    return hasattr(var, "val")
 
 
 @dataclass
@@ -70,13 +100,15 @@ def side(trace: Any, args: list[Any]) -> Side:
     """Values, and the checkpoints: results of an expression used by another one (or returned)."""
     jaxpr = trace.jaxpr.jaxpr
     values = evaluate(trace.jaxpr, args)
+    outvars = [Constant(v) if is_literal(v) else v for v in jaxpr.outvars]
+    values.update({v: np.asarray(v.literal.val) for v in outvars if isinstance(v, Constant)})
     producer = {v: i for i, eqn in enumerate(jaxpr.eqns) for v in eqn.outvars}
     consumers: dict[Any, list[int]] = {}
     for i, eqn in enumerate(jaxpr.eqns):
         for var in eqn.invars:
-            if hasattr(var, "aval") and not hasattr(var, "val"):
+            if hasattr(var, "aval") and not is_literal(var):
                 consumers.setdefault(var, []).append(i)
-    outs = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    outs = set(outvars)
     checkpoints = []
     for i, eqn in enumerate(jaxpr.eqns):
         for var in eqn.outvars:
@@ -85,7 +117,7 @@ def side(trace: Any, args: list[Any]) -> Side:
             sites = {trace.eqn_sites[j] for j in consumers.get(var, [])}
             if var in outs or sites - {trace.eqn_sites[i]}:
                 checkpoints.append(var)
-    result = Side(trace, values, checkpoints, producer)
+    result = Side(trace, values, checkpoints, producer, outvars=outvars)
     result.ancestors = _ancestors(jaxpr)
     return result
 
@@ -98,7 +130,7 @@ def _ancestors(jaxpr: Any) -> dict[Any, frozenset[Any]]:
     """Every var -> the vars it was computed from (inputs included)."""
     seen: dict[Any, frozenset[Any]] = {v: frozenset() for v in jaxpr.invars}
     for eqn in jaxpr.eqns:
-        reads = [v for v in eqn.invars if not hasattr(v, "val")]
+        reads = [v for v in eqn.invars if not is_literal(v)]
         above = frozenset(reads).union(*(seen.get(v, frozenset()) for v in reads))
         for var in eqn.outvars:
             seen[var] = above
@@ -180,12 +212,12 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     agreed = [(var, pair.port_var) for var, pair in found.items()
               if pair.error is not None and pair.error <= (atol + rtol * _scale(torch.values[var])) / 10]
     agreed_vars = {var for var, _ in agreed}
-    differing = {v for v in torch.trace.jaxpr.jaxpr.outvars
+    differing = {v for v in torch.outvars
                  if v in torch.values and v not in found and v not in uncompared}
     consumers: dict[Any, list[int]] = {}
     for i, eqn in enumerate(torch.trace.jaxpr.jaxpr.eqns):
         for read in eqn.invars:
-            if not hasattr(read, "val"):
+            if not is_literal(read):
                 consumers.setdefault(read, []).append(i)
     for var in torch.checkpoints:
         if var in found:
@@ -284,7 +316,7 @@ def _anchors(var: Any, torch: Side, partner: dict[Any, Any]) -> set[Any]:
         if index is None:
             continue
         for read in eqns[index].invars:
-            if not hasattr(read, "val") and read not in seen:
+            if not is_literal(read) and read not in seen:
                 seen.add(read)
                 stack.append(read)
     return found

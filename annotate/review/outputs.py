@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jaxside.annotate.review.align import close, error
+from jaxside.annotate.review.align import Constant, close, error
 
 _KEY = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]|\.(\w+)")
 
@@ -39,7 +39,7 @@ def keys(path: str) -> tuple[str, ...]:
 def _port_outputs(port: Any, module_port: bool) -> list[tuple[str, Any]]:
     """The port's returned leaves: for a module port (traced as `(output, new state)`), the output's."""
     found = []
-    for path, var in port.trace.outputs:
+    for path, var in port.outputs:
         if module_port:
             if not path.startswith("[0]"):
                 continue
@@ -52,7 +52,7 @@ def match_outputs(torch: Any, port: Any, module_port: bool) -> dict[Any, tuple[s
     """Each torch output leaf's var -> the port output leaf (path, var) it meets, or None."""
     free = [(path, var) for path, var in _port_outputs(port, module_port) if var in port.values]
     found: dict[Any, tuple[str, Any] | None] = {}
-    for path, var in torch.trace.outputs:
+    for path, var in torch.outputs:
         if var not in torch.values:
             continue
         size, want = torch.values[var].size, keys(path)
@@ -72,13 +72,26 @@ def unreturned(matches: dict[Any, tuple[str, Any] | None]) -> set[Any]:
     return missing if len(missing) < len(matches) else set()
 
 
+def _computed(torch: Any, port: Any, alignment: Any, rtol: float, atol: float) -> dict[Any, bool]:
+    """Torch value -> whether a port value equals it: its pair's verdict, or for a constant (no
+    equation made it, so nothing was paired with it) whether a value the port made or returns does."""
+    found = {pair.torch_var: pair.close for pair in alignment.pairs}
+    theirs = [port.values[v] for v in [*port.checkpoints, *port.outvars] if v in port.values]
+    for var in torch.outvars:
+        if isinstance(var, Constant) and var in torch.values:
+            value = torch.values[var]
+            found[var] = any(t.size == value.size and t.dtype == value.dtype and close(value, t, rtol, atol)
+                             for t in theirs)
+    return found
+
+
 def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: float,
                     matches: dict[Any, tuple[str, Any] | None]) -> list[Leaf]:
     """Every torch output leaf and in-place state update against the port."""
-    paired = {pair.torch_var: pair.close for pair in alignment.pairs}
+    paired = _computed(torch, port, alignment, rtol, atol)
     ignored = unreturned(matches)
     result = []
-    for path, var in torch.trace.outputs:
+    for path, var in torch.outputs:
         if var not in matches:
             continue
         value, match = torch.values[var], matches[var]
@@ -90,11 +103,11 @@ def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: fl
         got = port.values[match[1]]
         result.append(Leaf(path or "output", match[0] or "output", shape, error(value, got),
                            close(value, got, rtol, atol)))
-    for update in torch.trace.state:
-        if update.var in torch.values:
-            value = torch.values[update.var]
+    for update, var in torch.state:
+        if var in torch.values:
+            value = torch.values[var]
             result.append(Leaf(f"{update.input.name} (updated in place)", None,
-                               f"{value.dtype}{list(value.shape)}", None, paired.get(update.var, False)))
+                               f"{value.dtype}{list(value.shape)}", None, paired.get(var, False)))
     return result
 
 
