@@ -6,19 +6,18 @@ primitives given a weight itself."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from review_rows import assert_every_line_paired
 
 from jaxside.annotate.cli import main
 from jaxside.annotate.review.probing import discover
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^(\S+\.py:\d+)\s+(\S+)\s+(\S+)(?:\s+(ok|DIFFERS))?$")
 
 
 @pytest.mark.parametrize("sample", [
@@ -31,9 +30,7 @@ def test_a_samples_export_reviews_clean_against_its_torch_file(sample, capsys):
     code = main(["review", str(ROOT / "samples" / f"{sample}.py"), str(export)])
     out = capsys.readouterr().out
     assert code == 0, out
-    rows = [match.groups() for line in out.splitlines() if (match := ROW.match(line))]
-    assert len(rows) >= 4, out
-    assert [row for row in rows if row[1] == "-" or row[3] != "ok"] == [], out
+    assert_every_line_paired(out, at_least=4)
     assert "outputs match" in out and "first divergence" not in out
 
 

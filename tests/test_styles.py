@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pytest
 import torch
 from conftest import load_sample
 from golden import assert_golden
+from review_rows import assert_every_line_paired
 from test_export import sample as export_sample
 
 from jaxside.annotate.check import check_export, load_module
@@ -36,7 +36,6 @@ from jaxside.render.lower import lower
 from jaxside.tracing import Capture, capture
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^(\S+\.py:\d+)\s+(\S+)\s+(\S+)(?:\s+(ok|DIFFERS))?$")
 RUFF = Path(sys.executable).parent / "ruff"
 SAMPLES = ["llama_model", "mlp", "cnn", "rnn", "moe"]
 ALL = bool(os.environ.get("JAXSIDE_STYLES_ALL"))
@@ -148,7 +147,5 @@ def test_the_written_port_reviews_clean_against_its_torch_file(sample, style, tm
     code = main(["review", str(ROOT / "samples" / f"{sample}.py"), str(path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    rows = [match.groups() for line in out.splitlines() if (match := ROW.match(line))]
-    assert len(rows) >= 3, out
-    assert [row for row in rows if row[1] == "-" or row[3] != "ok"] == [], out
+    assert_every_line_paired(out, at_least=3)
     assert "outputs match" in out
