@@ -136,6 +136,42 @@ def test_a_function_entry_is_refused_in_a_class_style():
         module_source(program, "samples/seed_example.py", "nnx", fn)
 
 
+NAMED = """\
+import torch
+
+Named = type({name!r}, (torch.nn.Module,), {{}})
+
+
+def init(self):
+    torch.nn.Module.__init__(self)
+    self.fc = torch.nn.Linear(4, 4)
+
+
+def forward(self, x):
+    return self.fc(x) * 2
+
+
+Named.__init__, Named.forward = init, forward
+
+
+def example():
+    return Named().eval(), (torch.randn(2, 4),)
+"""
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ('Block"""\nimport os\n"""', "is no Python class name"),  # user text never becomes code
+    ("Config", "has the name of the module's own `Config`"),
+])
+def test_a_torch_class_name_the_module_cannot_use_is_refused(name, said, tmp_path, capsys):
+    model = tmp_path / "model.py"
+    model.write_text(NAMED.format(name=name))
+    code = main([str(model), "--export", "--style", "nnx", "--static-shapes", "-o", str(tmp_path / "out.py")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and said in err[-1] and err[-1].startswith("error: --style nnx: "), err
+    assert not (tmp_path / "out.py").exists()
+
+
 REVIEWED = [("llama_model", "nnx")] + ([(s, t) for s in SAMPLES for t in ("nnx", "equinox")][1:]
                                       if ALL else [])
 

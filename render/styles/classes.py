@@ -86,6 +86,7 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
                 if not n.isidentifier() or keyword.iskeyword(n)), None)
     if odd is not None:
         raise StyleError(f"a torch attribute named {odd!r} is no Python attribute name")
+    _check_class_names(tree, program)
     if style.layers:
         find_layers(tree)
     writer = Writer(tree, style)
@@ -124,6 +125,28 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     text = double_quotes("\n\n".join(top) + "".join("\n\n\n" + block for block in blocks) + "\n")
     user_text.check_compiles(text, "module")
     return text
+
+
+_MODULE_NAMES = frozenset({"Config", "config_from", "from_torch", "dataclasses", "jax", "jnp", "lax", "np",
+                           "nnx", "eqx", "torch"})
+"""Names a class-style module binds besides its classes (its plain defs and constants are the program's)."""
+
+
+def _check_class_names(tree: Tree, program: Program) -> None:
+    """Each class is written under its torch class's name: one that is no Python class name, names
+    two torch classes, or is a name the module binds otherwise, is refused, never written."""
+    taken = _MODULE_NAMES | {f.name for f in program.functions + program.helpers} | {
+        n for n, _ in program.constants}
+    torch_types: dict[str, set[str]] = {}
+    for node in tree.nodes.values():
+        torch_types.setdefault(node.cls, set()).add(node.torch_type)
+    for name, types in torch_types.items():
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise StyleError(f"a torch class named {name!r} is no Python class name")
+        if name in taken:
+            raise StyleError(f"the torch class {name} has the name of the module's own `{name}`")
+        if len(types - {""}) > 1:
+            raise StyleError(f"two torch classes are named {name} ({', '.join(sorted(types - {''}))})")
 
 
 def _bottom_up(classes: list[Klass]) -> list[Klass]:
