@@ -240,3 +240,68 @@ def test_both_columns_hold_the_code_without_a_browser(view):
     helper = [row for key, row in rows.items() if key.startswith("f1-L")]
     (sigmoid,) = [row for row in helper if row.cell("t") == "return torch.sigmoid(x) * x"]
     assert re.search(r"(sigmoid|logistic)\(x\) \* x", sigmoid.cell("j")), sigmoid.cell("j")
+
+
+BRANCHES = '''\
+import torch
+
+
+def f(x, extra=None, cache=None):
+    if extra is not None:
+        x = x + extra
+    if cache is not None:
+        if isinstance(cache, dict):
+            cache = cache["x"]
+    try:
+        n = int(x.shape[0])
+    except TypeError:
+        n = 0
+    if n > 1:
+        x = x * 2
+    return torch.sin(x)
+'''
+
+
+def test_branches_that_left_no_trace_are_told_from_the_lines_that_ran(tmp_path: Path):
+    """A branch with no sibling, no `raise` or `return`, whose lines would have made no array
+    operation or none at all (a cache picked, an exception caught), did not run: the frame hook
+    saw every line each call ran (GPT-2's cross-attention and `EncoderDecoderCache` branches)."""
+    import ast
+
+    from jaxside.render.html.runs import Runs
+
+    file = tmp_path / "branches.py"
+    file.write_text(BRANCHES)
+    trace = Capture(watch=[str(file)])(load_file(str(file)).f, torch.ones(3), cache=[1])
+    runs = Runs(trace, str(file), ast.parse(BRANCHES))
+    not_run = {n for n in range(1, len(BRANCHES.splitlines()) + 1) if n not in runs.ran}
+    assert not_run == {1, 2, 3, 6, 9, 12, 13}, not_run
+
+
+def test_gpt2s_branches_that_never_ran_are_dimmed():
+    """transformers' GPT-2 (a tiny config, as the zoo builds it): the cross-attention branches and
+    the `EncoderDecoderCache` one left no array operation that would tell, yet did not run."""
+    import ast
+
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.models.gpt2 import modeling_gpt2
+
+    from jaxside.render.html.runs import Runs
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=64)).eval()
+    trace = Capture()(model, torch.randint(0, 64, (1, 8)))
+    source = Path(modeling_gpt2.__file__).read_text(encoding="utf-8")
+    runs = Runs(trace, modeling_gpt2.__file__, ast.parse(source))
+    numbered = list(enumerate(source.splitlines(), 1))
+
+    def at(text: str) -> list[int]:
+        return [n for n, line in numbered if line.strip().startswith(text)]
+
+    skipped = [*at("hidden_states = self.ln_cross_attn("), *at("query_states = self.q_attn("),
+               *at("curr_past_key_values = past_key_values.self_attention_cache")]
+    ran = [*at("hidden_states = self.ln_2("), *at("query_states, key_states, value_states = self.c_attn(")]
+    ran += [n for n, line in numbered if line.strip() == "curr_past_key_values = past_key_values"]
+    assert len(skipped) == 3 and len(ran) == 3, (skipped, ran)
+    assert not set(skipped) & runs.ran and set(ran) <= runs.ran
