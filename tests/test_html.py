@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -305,3 +306,35 @@ def test_gpt2s_branches_that_never_ran_are_dimmed():
     ran += [n for n, line in numbered if line.strip() == "curr_past_key_values = past_key_values"]
     assert len(skipped) == 3 and len(ran) == 3, (skipped, ran)
     assert not set(skipped) & runs.ran and set(ran) <= runs.ran
+
+
+def test_a_statements_layouts_share_their_common_lines():
+    """Each layout of a statement is its lines shown at that width, in order; a line two layouts
+    in a row share is written once (pages carried every layout whole, 35% larger)."""
+    from jaxside.render.html.statements import BODY, WIDTHS, layouts
+    from jaxside.render.layout import wrap_text
+
+    text = ('attn_output = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores + causal_mask, axis=-1), '
+            "value_states)")
+    page = layouts(text)
+    pieces = [p for p in re.split(r"(?=<span class=(?:'ln[ ']|ln[ >]))", page) if p]
+    lines = []
+    for piece in pieces:
+        classes = re.match(r"<span class=(?:'([^']*)'|ln)", piece)[1] or ""
+        low, high = re.search(r"lo(\d+)", classes), re.search(r"hi(\d+)", classes)
+        lines.append((html.unescape(re.sub(r"<[^>]+>", "", piece)),
+                      int(low[1]) if low else 0, int(high[1]) if high else 10**6))
+    for width in WIDTHS:
+        want = [BODY + line for line in wrap_text(text, len(BODY), width)]
+        assert [t for t, low, high in lines if low <= width < high] == want, width
+    distinct = {tuple(BODY + line for line in wrap_text(text, len(BODY), width)) for width in WIDTHS}
+    assert len(distinct) >= 3 and len(lines) < sum(len(layout) for layout in distinct)
+
+
+def test_rows_name_their_place_once_per_file(view):
+    """A torch row's label (`view_model.py:12`, for Back) is its table's file name and its line,
+    not an attribute of every row."""
+    page, _ = view
+    text = page.read_text(encoding="utf-8")
+    assert "<table data-name='view_model.py'>" in text
+    assert not re.search(r"<tr id=f\d+-L\d+ [^>]*data-label", text)
