@@ -31,6 +31,8 @@ def _review(port: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 
 
 def test_the_port_reviews_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its `linear` asks `"bias" in p`, as ports do (the head has none): review's stand-in answers
+    as the torch module it resembles (it was an internal error)."""
     code, out = _review(PORT, capsys)
     assert code == 0 and "DIFFERS" not in out and "first divergence" not in out, out
 

@@ -9,7 +9,8 @@ HEADS = 3
 
 
 def linear(p, x):
-    return x @ p["weight"].T + p["bias"]
+    y = x @ p["weight"].T
+    return y + p["bias"] if "bias" in p else y
 
 
 def layer_norm(p, x, eps=1e-5):
@@ -39,4 +40,4 @@ def forward(params, idx):
     for p in params["h"]:
         x = block(p, x)
     x = layer_norm(params["ln_f"], x)
-    return x @ params["lm_head"]["weight"].T
+    return linear(params["lm_head"], x)
