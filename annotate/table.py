@@ -1,7 +1,7 @@
 """The leaf tables `--check` and `annotate review` print: a row per leaf, path, shape, verdict.
 
 The path column is as wide as the longest path, so the shapes and verdicts line up; where that
-would take the line past `WIDTH` columns, the column is narrowed and a longer path is wrapped
+would take most rows past `WIDTH` columns, the column is narrowed and a longer path is wrapped
 within it, at its own joints (before a `[` or a `.`), the row's cells on its last line:
 
     ['past_key_values']['layers'][11]
@@ -16,7 +16,8 @@ WIDTH = 100
 """The columns a table's lines keep within (a line whose verdict alone is longer goes past)."""
 
 NARROWEST = 24
-"""The path column is never narrowed below this: a very long verdict goes past `WIDTH` instead."""
+"""The path column is never narrowed below this: where most rows' verdicts leave less room, no
+path is wrapped and the lines go past `WIDTH` (a verdict that names the port's path as long)."""
 
 _INDENT, _GAP, _MORE = "  ", "  ", "  "
 """Before every line; between cells; before a wrapped path's later lines (within the column)."""
@@ -27,8 +28,11 @@ def leaf_table(rows: list[tuple[str, str, str]], width: int = WIDTH) -> list[str
     if not rows:
         return []
     shapes = max(len(shape) for _, shape, _ in rows)
-    room = width - len(_INDENT) - 2 * len(_GAP) - shapes - max(len(rest) for _, _, rest in rows)
-    column = min(max(len(path) for path, _, _ in rows), max(room, NARROWEST))
+    rests = sorted(len(rest) for _, _, rest in rows)
+    room = width - len(_INDENT) - 2 * len(_GAP) - shapes - rests[len(rests) // 2]  # most rows' verdicts
+    longest = max(len(path) for path, _, _ in rows)
+    # Verdicts too long for any path to fit beside them (review's `<- port path`): no path is cut.
+    column = longest if room < NARROWEST else min(longest, room)
     lines = []
     for path, shape, rest in rows:
         *above, last = wrap(path, column)

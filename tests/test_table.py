@@ -69,3 +69,11 @@ def test_the_check_table_of_deep_paths_keeps_within_the_width():
     paths = _paths_read_back(rows)
     assert "['past_key_values']['layers_of_the_decoder'][11]['values_of_the_attention_cache']" in paths
     assert len(paths) == len(report.comparisons)
+
+
+def test_paths_stay_whole_beside_verdicts_that_leave_them_no_room():
+    """Review's rows name the port's path too: wrapping the torch path would not bring them within
+    the width, only cut it up."""
+    path = "['past_key_values']['layers'][0]['values']"
+    lines = leaf_table([(path, "float32[1, 2, 8, 8]", f"<- {path}  max abs 0.00e+00  ok")])
+    assert len(lines) == 1 and lines[0].startswith(f"  {path}  float32")
