@@ -1,5 +1,6 @@
-"""The leaf table `--check` and `annotate review` print: every line within 100 columns, the
-columns aligned, a path too long for its column wrapped at its joints and read back whole."""
+"""The leaf table `--check` and `annotate review` print: `--check`'s lines within 100 columns, the
+columns aligned, a path too long for its column wrapped at its joints and read back whole; a
+review's paths kept whole where its verdicts (the port's path) leave them no room."""
 
 from __future__ import annotations
 
