@@ -30,24 +30,31 @@ from collections.abc import Iterator
 YOUNG = 10_000
 """Allocations between collections of the youngest generation during a run (Python's: 700)."""
 
+_runs: list[bool] = []
+"""Per `collection` open (the command run in process, maybe within another run): whether it may
+freeze (nothing was frozen before it: a caller's own frozen objects are left as they are)."""
+
 
 @contextlib.contextmanager
 def collection() -> Iterator[None]:
-    """The run's collection settings; what was frozen is unfrozen and the thresholds put back
-    after it."""
+    """The run's collection settings; what `settle` froze is unfrozen and the thresholds put
+    back after it."""
     thresholds = gc.get_threshold()
     gc.set_threshold(max(YOUNG, thresholds[0]), *thresholds[1:])
+    _runs.append(gc.get_freeze_count() == 0 if not _runs else _runs[-1])
     try:
         yield
     finally:
-        gc.unfreeze()
+        mine = _runs.pop()
+        if mine and not _runs:
+            gc.unfreeze()
         gc.set_threshold(*thresholds)
 
 
 def settle() -> None:
     """A phase is over: its short-lived cycles collected, what it keeps frozen (within a
     `collection`; a no-op after one, so never frozen for an in-process caller's later work)."""
-    if gc.get_threshold()[0] >= YOUNG and gc.isenabled():
+    if _runs and _runs[-1] and gc.isenabled():
         gc.collect(1)
         gc.freeze()
 

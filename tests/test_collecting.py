@@ -30,6 +30,9 @@ def test_a_run_freezes_what_each_phase_built_and_puts_everything_back():
         frozen = gc.get_freeze_count()
         assert frozen >= len(kept)
         assert gc.collect() >= 0 and gc.get_freeze_count() == frozen  # a full collection skips them
+        with collection():  # the command run within another, in process: the outer one unfreezes
+            settle()
+        assert gc.get_freeze_count() >= frozen
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
 
@@ -42,9 +45,21 @@ def test_a_phase_collects_its_cycles_before_freezing_what_it_keeps():
         assert gone() is None and gc.is_tracked(kept) and gc.get_freeze_count() > 0
 
 
-def test_nothing_is_frozen_outside_a_run():
+def test_nothing_is_frozen_outside_a_run_and_a_caller_s_frozen_objects_stay_so():
     settle()
     assert gc.get_freeze_count() == 0
+    theirs = Node()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collection():
+            with collection():  # the command run within another, in process
+                settle()
+            settle()
+            assert gc.get_freeze_count() == frozen and theirs.me is theirs
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
     gc.disable()
     try:
         with collection():
