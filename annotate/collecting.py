@@ -13,7 +13,7 @@ ten million objects) 22 of them took 11 of its 50 seconds of CPU (issue 37). So,
   `atexit` handlers and ends the process (`os._exit`), unless a thread of the user's code is
   still running (Python waits for those).
 
-In-process callers (tests, the API) get their settings back (`collection` restores them), and
+In-process callers (tests, the API, which collects the same way) get their settings back, and
 no command but `python -m jaxside` and the `annotate` script (`cli.command`) ends the process.
 """
 
