@@ -2,6 +2,7 @@ import os
 import sys
 
 from jaxside.annotate.cli import main
+from jaxside.annotate.collecting import leave
 from jaxside.annotate.errors import EXIT_INTERRUPTED
 
 code = main()
@@ -11,4 +12,4 @@ if code == EXIT_INTERRUPTED:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-raise SystemExit(code)
+leave(code)  # the heap not freed object by object (`annotate.collecting`)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from jaxside.annotate import interrupts
+from jaxside.annotate.collecting import collection, leave, settle
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import Failure, UserCodeRaised, UserFiles
 from jaxside.annotate.files import imported_beside, resolve_watch
@@ -121,11 +122,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(build_parser(), argv, Options.from_namespace, _check_options, _run)
 
 
+def command() -> None:
+    """The `annotate` script: `main`, then the process ends without freeing its heap (`collecting.leave`)."""
+    leave(main())
+
+
 def _run(options: Options, user_files: UserFiles) -> int:
     status = Status(verbosity=options.verbosity)
     try:
         # Whatever else goes to stderr meanwhile (warnings, --check) clears the live line first.
-        with contextlib.redirect_stderr(status.writer()):
+        with contextlib.redirect_stderr(status.writer()), collection():
             return _annotate(options, user_files, status)
     finally:
         status.close()
@@ -140,6 +146,7 @@ def _annotate(options: Options, user_files: UserFiles, status: Status) -> int:
         from jaxside.annotate.loading import defined_names, find_entry, load_file, namespace_of
         from jaxside.tracing import Capture, CaptureError, user_code
 
+    settle()  # torch and jax, imported: frozen out of the run's collections
     source = options.source
     file = str(Path(source.file).resolve())
     # The user's prints must not land in the annotated file or module on stdout.
@@ -170,10 +177,12 @@ def _annotate(options: Options, user_files: UserFiles, status: Status) -> int:
         except (Exception, SystemExit) as error:
             raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
     interrupts.check()
+    settle()
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
     retrace = None
     if options.jax.generic:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
+            settle()  # the program before, kept until the sizes are fitted
             again = Capture(watch=watch, abstract=options.abstract, resize=resize, progress=status.progress)
             with stdout_to_stderr(), quiet():
                 return again(entry.fn, *entry.args, **entry.kwargs)

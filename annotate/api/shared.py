@@ -49,6 +49,7 @@ def trace_entry(
     """Trace ``fn(*args, **kwargs)`` as ``annotate`` does with `options` (`watch`, `abstract`,
     sizes generic unless `static_shapes` when it exports or checks) and lower it once. The
     user's exceptions propagate as they are; the engines' warnings are kept quiet."""
+    from jaxside.annotate.collecting import collection, settle
     from jaxside.annotate.files import resolve_watch
     from jaxside.annotate.loading import Entry
     from jaxside.render.lower import lower
@@ -56,15 +57,18 @@ def trace_entry(
 
     watch = [resolve_watch(item) for item in options.watch]
     quiet = _quiet(fn, watch)
-    with quiet():
-        trace = Capture(watch=watch, abstract=options.abstract)(fn, *args, **kwargs)
-    retrace = None
-    if options.jax.generic:
-        def retrace(resize: Any) -> Any:
-            with quiet():
-                return Capture(watch=watch, abstract=options.abstract, resize=resize)(fn, *args, **kwargs)
-    with quiet():
-        program = lower(trace, retrace)
+    with collection():  # what each phase keeps, frozen out of the next ones' collections
+        with quiet():
+            trace = Capture(watch=watch, abstract=options.abstract)(fn, *args, **kwargs)
+        retrace = None
+        if options.jax.generic:
+            def retrace(resize: Any) -> Any:
+                settle()
+                with quiet():
+                    return Capture(watch=watch, abstract=options.abstract, resize=resize)(fn, *args, **kwargs)
+        settle()
+        with quiet():
+            program = lower(trace, retrace)
     return Traced(Entry(fn, tuple(args), dict(kwargs)), trace, program, trace.root.file)
 
 
