@@ -40,14 +40,15 @@ class _Rows(HTMLParser):
         self.rows: list[Row] = []
         self.depth = 0  # inside a td: its nesting depth (a cell holds no table)
         self.skip = 0  # inside a script or style
-        self.other = 0  # inside a statement's layout for another width (`div.lo100`, `div.hi80`)
+        self.other = 0  # inside a layout's line for another width (`span.ln.lo100`, `span.ln.hi80`)
+        self.other_tag = ""  # the tag that started it (`div` or `span`), counted while nested
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
-        if self.other and tag == "div":
-            self.other += 1
-        elif tag == "div" and not _shown((found.get("class") or "").split()):
-            self.other = 1
+        if self.other:
+            self.other += tag == self.other_tag
+        elif tag in ("div", "span") and not _shown((found.get("class") or "").split()):
+            self.other, self.other_tag = 1, tag
         elif tag in ("script", "style"):
             self.skip += 1
         elif tag == "tr":
@@ -65,7 +66,7 @@ class _Rows(HTMLParser):
                 cells[-1] += "  " + (found.get("data-t") or "")  # a badge, drawn from its attribute
 
     def handle_endtag(self, tag: str) -> None:
-        if self.other and tag == "div":
+        if self.other and tag == self.other_tag:
             self.other -= 1
         elif tag in ("script", "style"):
             self.skip -= 1
