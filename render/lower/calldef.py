@@ -16,7 +16,7 @@ from jax.extend.core import Literal, Var
 
 from jaxside.render import names as naming
 from jaxside.render import source as torch_source
-from jaxside.render.ir import Fold, Function, Statement, fold, named
+from jaxside.render.ir import Fold, Function, Statement, fold, fold_of, named
 from jaxside.render.lower.body import Body
 from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
 from jaxside.render.lower.clone import clone
@@ -217,7 +217,8 @@ class CallDef(Body):
         if self.ctx.trace.gradients.get(v) is not None:
             return False  # the gradient of a named value: a line of its own, to read and to edit
         consumer = self.consumer.get(v)
-        if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
+        long = len(ast.unparse(value)) > INLINE_LIMIT and not (call_site and self._named_as_def(site))
+        if site is not None and consumer not in (site, "return") and long:
             return False  # a long sub-expression of its own (`self.conv1(x)`) reads better named
         if consumer == "return":
             return True
@@ -226,6 +227,13 @@ class CallDef(Body):
         if call_site and consumer == site:
             return False  # the same call site again: the next iteration of a loop
         return site_contains(consumer, site)
+
+    def _named_as_def(self, site: Site | None) -> bool:
+        """Whether a call's value would be named as a def is (`self.feed_forward(...)` calling the def
+        `feed_forward`): it stays in the expression using it (`h + feed_forward(...)`, as torch
+        writes it), since a name of its own would be `feed_forward_out`."""
+        name = naming.expression_name(site.text if site else None)
+        return name is not None and not name.isupper() and name in self.ctx.module.scope.names
 
     def _target(
         self,
@@ -270,6 +278,9 @@ class CallDef(Body):
             return self.scope.fresh(
                 re.sub(r"_\d+$", "", operand.id), self.scope.names.get(operand.id, "fallback"), temporary=True
             )
+        cast = _cast_name(operand, site) if fallback == "convert_element_type" else None
+        if cast:  # `xshaped[..., 0] * freqs_cis[..., 0]` at two dtypes: the cast is `freqs_cis_0`, not `xshaped_0`
+            return self.scope.fresh(cast, "expression", temporary=True)
         base = naming.expression_name(site.text if site else None)
         if base:
             return self.scope.fresh(base, "expression", temporary=True)
@@ -452,6 +463,16 @@ def _returned_names(function: Function | None, count: int) -> list[str | None]:
     if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:
         return [None] * count
     return [re.sub(r"_\d+$", "", e.id) if isinstance(e, ast.Name) else None for e in returns.elts]
+
+
+def _cast_name(operand: ast.expr | None, site: Site | None) -> str | None:
+    """The name of a cast's operand where the operand is a torch sub-expression of its own (a
+    promotion inside `site`): the cast is that value at another dtype, not `site`'s result."""
+    record = fold_of(operand) if operand is not None else None
+    inner = record.site if record is not None else None
+    if inner is None or inner == site or not inner.text:
+        return None
+    return record.name if record is not None and record.name else naming.expression_name(inner.text)
 
 
 def _state_base(child: Node, node: Node) -> str:
