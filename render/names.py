@@ -208,19 +208,26 @@ def _binary(node: ast.BinOp, depth: int) -> list[str]:
 
 
 def _head(node: ast.expr, depth: int) -> str | None:
-    """One word for an operand: a name chain's last part, or the function or module a call calls."""
+    """One word for an operand: a name chain's last part, the function or module a call calls, or
+    the method a value calls (`a.sigmoid()` -> sigmoid; `a.float()` is still `a`)."""
+    if depth > 4:
+        return None
     if _is_chain(node):
         return (_parts(node, depth) or [None])[-1]
-    if isinstance(node, ast.Call) and (_is_chain(node.func) and not _is_method(node.func)):
-        return (_parts(node.func, depth) or [None])[-1]
-    return None
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Attribute) and not _is_namespace(func.value):
+        return _head(func.value, depth + 1) if func.attr in _SAME_VALUE else func.attr
+    return (_parts(func, depth) or [None])[-1] if _is_chain(func) else None
 
 
-def _is_method(func: ast.expr) -> bool:
-    """`rotated.flatten`: a method of a value, not a function (`torch.tanh`) or module (`self.w1`)."""
-    return isinstance(func, ast.Attribute) and not _is_namespace(func.value) and not (
-        isinstance(func.value, ast.Attribute) and _is_namespace(func.value)
-    )
+_SAME_VALUE = frozenset({
+    "float", "half", "double", "bfloat16", "to", "type", "type_as", "contiguous", "clone", "detach",
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "flatten", "squeeze", "unsqueeze",
+    "expand", "expand_as", "t",
+})
+"""Methods that give the same values in another dtype, layout or shape: the operand keeps its name."""
 
 
 def _whole(value: object) -> bool:

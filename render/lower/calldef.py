@@ -140,7 +140,11 @@ class CallDef(Body):
             return []
         returned = {v for _, v in self.tree.returned(node)}
         finals = {self.ctx.roles.state_final[p] for p in node.state_out}
-        return [v for v in node.outputs if v not in returned and v not in finals]
+        extras = [v for v in node.outputs if v not in returned and v not in finals]
+        # in the order the entry returns them (a cache's `keys, values`), the others after, as made
+        outputs = list(enumerate(v for _, v in self.ctx.flow.outputs))
+        order = {v: i for i, v in reversed(outputs) if isinstance(v, Var)}
+        return sorted(extras, key=lambda v: order.get(v, len(order)) if isinstance(v, Var) else len(order))
 
     def _parameters(self, node: Node, function: Function) -> list[str]:
         ctx, names = self.ctx, []
