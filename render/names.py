@@ -200,8 +200,9 @@ def _binary(node: ast.BinOp, depth: int) -> list[str]:
     op = _OPERATORS.get(type(node.op), "op")
     left, right = _head(node.left, depth + 1), _head(node.right, depth + 1)
     for head, number in ((left, node.right), (right, node.left)):
-        if head and isinstance(number, ast.Constant) and _whole(number.value):
-            left, right = head, str(int(number.value))  # `error ** 2` -> error_pow_2, `1 + x` -> x_plus_1
+        whole = _whole(number.value) if isinstance(number, ast.Constant) else None
+        if head and whole:
+            left, right = head, whole  # `error ** 2` -> error_pow_2, `1 + x` -> x_plus_1
     if left and right and len(f"{left}_{op}_{right}") <= _MAX_LENGTH:
         return [left, op, right]
     return _parts(node.left, depth + 1) or _parts(node.right, depth + 1)
@@ -213,13 +214,17 @@ def _head(node: ast.expr, depth: int) -> str | None:
     if depth > 4:
         return None
     if _is_chain(node):
-        return (_parts(node, depth) or [None])[-1]
+        return _last(_parts(node, depth))
     if not isinstance(node, ast.Call):
         return None
     func = node.func
     if isinstance(func, ast.Attribute) and not _is_namespace(func.value):
         return _head(func.value, depth + 1) if func.attr in _SAME_VALUE else func.attr
-    return (_parts(func, depth) or [None])[-1] if _is_chain(func) else None
+    return _last(_parts(func, depth)) if _is_chain(func) else None
+
+
+def _last(parts: list[str]) -> str | None:
+    return parts[-1] if parts else None
 
 
 _SAME_VALUE = frozenset({
@@ -230,8 +235,11 @@ _SAME_VALUE = frozenset({
 """Methods that give the same values in another dtype, layout or shape: the operand keeps its name."""
 
 
-def _whole(value: object) -> bool:
-    return type(value) is int or (type(value) is float and value.is_integer() and abs(value) < 1e6)
+def _whole(value: object) -> str | None:
+    """`2` for 2 or 2.0: a whole number as a word; None for anything else (`0.5`, `True`)."""
+    if type(value) is int or (type(value) is float and value.is_integer() and abs(value) < 1e6):
+        return str(int(value))
+    return None
 
 
 def _is_chain(node: ast.expr) -> bool:

@@ -55,7 +55,7 @@ def _is_none(attribute: str, op: ast.cmpop) -> ast.expr:
     return ast.Compare(ast.Attribute(named("self"), attribute, ast.Load()), [op], [ast.Constant(None)])
 
 
-def _unclashed(tree: ast.FunctionDef, function: Function, module_names: frozenset[str] | set[str]) -> ast.FunctionDef:
+def _unclashed(tree: ast.FunctionDef, function: Function, module_names: frozenset[str]) -> ast.FunctionDef:
     """`tree` with the names the functional export suffixed only not to hide a def given back where
     that def is a method here (`feed_forward_out` -> `feed_forward`, called as `self.feed_forward`)."""
     bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(tree)
@@ -77,11 +77,12 @@ def _appended(value: ast.expr | None) -> bool:
 class Writer:
     """Writes the methods of one class from its defs, for one framework."""
 
-    def __init__(self, tree: Tree, framework: Framework, module_names: frozenset[str] = frozenset()) -> None:
+    def __init__(self, tree: Tree, framework: Framework, module_names: frozenset[str] = frozenset()
+                 ) -> None:
         self.tree = tree
         self.framework = framework
         self.module_names = module_names
-        """What the module binds besides its classes' methods: a local given back its name must not hide it."""
+        """What the module binds but its classes' methods: a local given back its name must not hide it."""
         self.defs = {f.name: f for f in tree.program.functions}
         self.config = tree.config_name
         self._current: Function = tree.program.entry
