@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import torch
 import torch.utils._pytree as torch_pytree
 
-from jaxside.annotate.compare import Comparison, compare
+from jaxside.annotate.compare import Comparison, compare, lines
 from jaxside.annotate.errors import EXIT_MISMATCH, EXIT_OK, UserCodeRaised
 from jaxside.annotate.sizes import other_shape
 from jaxside.render.ir import Program
@@ -96,8 +96,8 @@ def check_export(
     report.comparisons = check(module, program, entry.fn, args, kwargs, rtol=rtol, atol=atol, run=run)
     say(f"annotate: --check: the export against torch eager on {inputs} "
         f"({'model weights' if program.takes_params else 'no weights'}{note}):")
-    for comparison in report.comparisons:
-        say(comparison.line())
+    for line in lines(report.comparisons):
+        say(line)
     for larger in (False, True) if given is None else ():  # a generic export: at other shapes too
         again = other_shape(program, entry.fn, args, kwargs, larger=larger)
         if again is None:
@@ -110,8 +110,8 @@ def check_export(
             continue
         more = check(module, program, entry.fn, resized, resized_kwargs, rtol=rtol, atol=atol, run=run)
         say(f"annotate: --check: and at {which} shape ({where}):")
-        for comparison in more:
-            say(comparison.line())
+        for line in lines(more):
+            say(line)
         report.comparisons += more
     bad = report.mismatches
     random = [c for c in report.comparisons if c.random]

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from jaxside.annotate import interrupts
 from jaxside.annotate.command import add_common, run_command
-from jaxside.annotate.errors import Context, Failure, UserCodeRaised
+from jaxside.annotate.errors import Failure, UserCodeRaised, UserFiles
 from jaxside.annotate.files import imported_beside, resolve_watch
 from jaxside.annotate.noise import library_warnings
 from jaxside.annotate.options import MAIN, Options
@@ -121,17 +121,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(build_parser(), argv, Options.from_namespace, _check_options, _run)
 
 
-def _run(options: Options, context: Context) -> int:
+def _run(options: Options, user_files: UserFiles) -> int:
     status = Status(verbosity=options.verbosity)
     try:
         # Whatever else goes to stderr meanwhile (warnings, --check) clears the live line first.
         with contextlib.redirect_stderr(status.writer()):
-            return _annotate(options, context, status)
+            return _annotate(options, user_files, status)
     finally:
         status.close()
 
 
-def _annotate(options: Options, context: Context, status: Status) -> int:
+def _annotate(options: Options, user_files: UserFiles, status: Status) -> int:
     status.phase("loading torch and jax")  # before the imports: the first seconds are theirs
     with interrupts.deferred():
         import jax  # noqa: F401
@@ -147,17 +147,17 @@ def _annotate(options: Options, context: Context, status: Status) -> int:
         interrupts.check()
         status.phase(f"importing {Path(source.shown_file).name}")
         watch = [file]
-        context.is_user_file = user_code(None, watch)
+        user_files.is_user_file = user_code(None, watch)
         before = set(sys.modules)
         module = load_file(source.file)
-        context.defined = defined_names(namespace_of(module))
+        user_files.defined = defined_names(namespace_of(module))
         watch += imported_beside(before, file) + [resolve_watch(item) for item in options.watch]
         interrupts.check()
         status.phase("building the model and its inputs")
         entry = find_entry(module, source, abstract=options.abstract)
-        context.is_user_file = user_code(entry.fn, watch)
+        user_files.is_user_file = user_code(entry.fn, watch)
         # The engines' warnings dropped from here on; what they say about the user's code said once.
-        quiet = functools.partial(library_warnings, context.is_user_file, status.say, set())
+        quiet = functools.partial(library_warnings, user_files.is_user_file, status.say, set())
         status.modules = _module_positions(entry.fn)
         interrupts.check()
         status.phase(f"tracing {_name(entry.fn)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from jaxside.annotate import __version__, interrupts
-from jaxside.annotate.errors import EXIT_INTERRUPTED, Context, Failure, describe, report
+from jaxside.annotate.errors import EXIT_INTERRUPTED, Failure, UserFiles, describe, report
 from jaxside.annotate.loading import STDIN, isolated, readable_copy
 
 T = TypeVar("T")
@@ -21,7 +21,7 @@ def run_command(
     argv: Sequence[str] | None,
     make: Callable[[argparse.Namespace], T],
     check: Callable[[T], None],
-    run: Callable[[T, Context], int],
+    run: Callable[[T, UserFiles], int],
 ) -> int:
     """Parse `argv`, `make` the command's options once (inputs read from pipes already in
     files), then `check` and `run` the command in an isolated import state, every failure
@@ -37,13 +37,13 @@ def run_command(
             return failure.code
         except KeyboardInterrupt:
             return _interrupted()
-        context = Context(parsed.file)
+        user_files = UserFiles(parsed.file)
         try:
             with contextlib.ExitStack() as stack:
-                options = make(_read_pipes(parsed, context, stack))
+                options = make(_read_pipes(parsed, user_files, stack))
                 check(options)
                 with isolated():
-                    code = run(options, context)
+                    code = run(options, user_files)
             interrupts.check()
             return code
         except KeyboardInterrupt:
@@ -51,8 +51,8 @@ def run_command(
         except BaseException as error:  # every failure ends as one line (SystemExit from user code too)
             if interrupts.interrupted():  # a Ctrl-C that code on the way turned into another error
                 return _interrupted()
-            failure = describe(error, context)
-            report(failure, context, error, debug=parsed.debug)
+            failure = describe(error, user_files)
+            report(failure, user_files, error, debug=parsed.debug)
             return failure.code
 
 
@@ -73,7 +73,7 @@ _SOURCE_OPTIONS = ("file", "port")
 
 
 def _read_pipes(
-    parsed: argparse.Namespace, context: Context, stack: contextlib.ExitStack
+    parsed: argparse.Namespace, user_files: UserFiles, stack: contextlib.ExitStack
 ) -> argparse.Namespace:
     """Inputs given as ``-``, ``/dev/stdin`` or another pipe are read once into temporary files:
     the options returned name those (`shown_file`: FILE as given), and errors the names given."""
@@ -85,7 +85,7 @@ def _read_pipes(
         path = stack.enter_context(readable_copy(given))
         if path != given:
             shown = "<stdin>" if given == STDIN else given
-            context.copies[str(Path(path).resolve())] = shown
+            user_files.copies[str(Path(path).resolve())] = shown
             values[name] = path
             if name == "file":
                 values["shown_file"] = shown

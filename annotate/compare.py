@@ -23,6 +23,7 @@ import jax
 import numpy as np
 import torch
 
+from jaxside.annotate.table import leaf_table
 from jaxside.tracing import plain_output, to_jax_dtype
 
 # (rtol, atol) by the dtype compared: round-off of one reordered reduction, not more.
@@ -59,13 +60,23 @@ class Comparison:
             return False
         return self.random or bool(self.max_abs <= self.atol + self.rtol * self.scale)
 
-    def line(self) -> str:
+    def row(self) -> tuple[str, str, str]:
+        """The leaf's row of the table (`annotate.table`): path, shape, verdict."""
         if self.problem:
-            return f"  {self.what:<44} {self.shape:<20} {self.problem}  MISMATCH"
+            return self.what, self.shape, f"{self.problem}  MISMATCH"
         if self.random:
-            return f"  {self.what:<44} {self.shape:<20} random: drawn from the export's key, not compared"
+            return self.what, self.shape, "random: drawn from the export's key, not compared"
         verdict = "ok" if self.ok else "MISMATCH"
-        return f"  {self.what:<44} {self.shape:<20} max abs {self.max_abs:.2e}  rel {self.rel:.2e}  {verdict}"
+        return self.what, self.shape, f"max abs {self.max_abs:.2e}  rel {self.rel:.2e}  {verdict}"
+
+    def line(self) -> str:
+        """The leaf's row alone, as the table prints it."""
+        return "\n".join(leaf_table([self.row()]))
+
+
+def lines(comparisons: list[Comparison]) -> list[str]:
+    """The table's lines for these leaves, columns sized to them (`annotate.table`)."""
+    return leaf_table([comparison.row() for comparison in comparisons])
 
 
 def compare(

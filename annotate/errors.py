@@ -59,8 +59,9 @@ class UserCodeRaised(Exception):
 
 
 @dataclass
-class Context:
-    """What `describe` needs to know about this run."""
+class UserFiles:
+    """The user's files as errors name them (what `describe` needs to know about this run): FILE
+    as given, which files are the user's code, what FILE defines, the copies of piped inputs."""
 
     file: str
     """FILE as the user wrote it."""
@@ -96,33 +97,33 @@ class Context:
             return str(resolved)
 
 
-def describe(error: BaseException, context: Context) -> Failure:
+def describe(error: BaseException, user_files: UserFiles) -> Failure:
     """The `Failure` to report for any exception that ended a run."""
     if isinstance(error, Failure):
         return error
     if isinstance(error, UserCodeRaised):
-        return _user_code_raised(error, context)
+        return _user_code_raised(error, user_files)
     from jaxside.tracing import CaptureError
 
     if isinstance(error, CaptureError):
-        return _capture_error(error, context)
+        return _capture_error(error, user_files)
     from jaxside.render.text import CommentsChangeCode
 
     if isinstance(error, CommentsChangeCode):
         return Failure(f"JAX comments here: {error.detail}, so nothing was written",
                        "use --export or --html for this file (and report it: a jaxside bug)",
                        file=error.file, line=error.line, code=EXIT_USER_CODE)
-    return _internal(error, context)
+    return _internal(error, user_files)
 
 
-def report(failure: Failure, context: Context, error: BaseException, *, debug: bool) -> None:
+def report(failure: Failure, user_files: UserFiles, error: BaseException, *, debug: bool) -> None:
     """Print the failure on stderr: the full traceback first with ``--debug``, else any details."""
     if debug:
         original = error.error if isinstance(error, UserCodeRaised) else error
         traceback.print_exception(original, file=sys.stderr)
     elif failure.details:
         sys.stderr.write(failure.details)
-    print(failure.text(context.shown), file=sys.stderr)
+    print(failure.text(user_files.shown), file=sys.stderr)
 
 
 # -- the user's code raised ---------------------------------------------------------------------
@@ -131,32 +132,34 @@ def report(failure: Failure, context: Context, error: BaseException, *, debug: b
 _HIDDEN_OPERATOR_ERROR = re.compile(r"unsupported operand type.*'Tensor' and 'Tensor'")
 
 
-def _user_code_raised(wrapper: UserCodeRaised, context: Context) -> Failure:
+def _user_code_raised(wrapper: UserCodeRaised, user_files: UserFiles) -> Failure:
     error = wrapper.error
     if isinstance(error, SyntaxError) and error.filename and not error.filename.startswith("<"):
         return syntax_error(error)
     frames = traceback.extract_tb(error.__traceback__)
-    theirs = [f for f in frames if not context.is_library_file(f.filename)]
+    theirs = [f for f in frames if not user_files.is_library_file(f.filename)]
     if theirs and theirs[-1].filename == wrapper.pseudo_file:
-        return _expression_failed(wrapper, context)
+        return _expression_failed(wrapper, user_files)
     if not theirs:
-        return _internal(error, context)
-    preferred = [f for f in theirs if context.is_user_file(f.filename)]
+        return _internal(error, user_files)
+    preferred = [f for f in theirs if user_files.is_user_file(f.filename)]
     where = (preferred or theirs)[-1]
     return Failure(
         f"{_exception_line(error)} (raised while {wrapper.doing})",
         _advice(error),
         file=where.filename, line=where.lineno, code=EXIT_USER_CODE,
-        details=_their_traceback(error, _named_as_shown(theirs, context)),
+        details=_their_traceback(error, _named_as_shown(theirs, user_files)),
     )
 
 
-def _named_as_shown(frames: list[traceback.FrameSummary], context: Context) -> list[traceback.FrameSummary]:
+def _named_as_shown(
+    frames: list[traceback.FrameSummary], user_files: UserFiles
+) -> list[traceback.FrameSummary]:
     """Frames in a temporary copy (FILE read from stdin or a pipe) named as the error line names it."""
     named = []
     for frame in frames:
         try:
-            shown = context.copies.get(str(Path(frame.filename).resolve()))
+            shown = user_files.copies.get(str(Path(frame.filename).resolve()))
         except (OSError, RuntimeError, ValueError):
             shown = None
         named.append(frame if shown is None else
@@ -164,16 +167,17 @@ def _named_as_shown(frames: list[traceback.FrameSummary], context: Context) -> l
     return named
 
 
-def _expression_failed(wrapper: UserCodeRaised, context: Context) -> Failure:
+def _expression_failed(wrapper: UserCodeRaised, user_files: UserFiles) -> Failure:
     error = wrapper.error
-    fix = f"fix the expression; it is evaluated in {Path(context.file).name}'s namespace, with torch imported"
+    name = Path(user_files.file).name
+    fix = f"fix the expression; it is evaluated in {name}'s namespace, with torch imported"
     if isinstance(error, NameError):
-        defined = context.defined
+        defined = user_files.defined
         if defined:
-            fix = f"{Path(context.file).name} defines {', '.join(defined[:8])}" + (
+            fix = f"{name} defines {', '.join(defined[:8])}" + (
                 ", ..." if len(defined) > 8 else ""
             )
-    return Failure(f"{wrapper.option} raised {_exception_line(error)}", fix, file=context.file)
+    return Failure(f"{wrapper.option} raised {_exception_line(error)}", fix, file=user_files.file)
 
 
 def _advice(error: BaseException) -> str:
@@ -228,7 +232,7 @@ _KNOWN_WAYS_AROUND = {
 }
 
 
-def _capture_error(error: Any, context: Context) -> Failure:
+def _capture_error(error: Any, user_files: UserFiles) -> Failure:
     from jaxside.tracing import (
         InputsError,
         MixedDeviceError,
@@ -237,7 +241,7 @@ def _capture_error(error: Any, context: Context) -> Failure:
         ValueDependentError,
     )
 
-    where = {"file": error.file or context.file, "line": error.line}
+    where = {"file": error.file or user_files.file, "line": error.line}
     expression = _quoted(error.site.text) if error.site and error.site.text else "this line"
     if isinstance(error, ValueDependentError):
         what, fix = _value_dependent(error, expression)
@@ -342,9 +346,9 @@ def _how_used(site: Any) -> tuple[str, str]:
 # -- our own bugs ---------------------------------------------------------------------------------
 
 
-def _internal(error: BaseException, context: Context) -> Failure:
+def _internal(error: BaseException, user_files: UserFiles) -> Failure:
     frames = traceback.extract_tb(error.__traceback__)
-    where = f" ({context.shown(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    where = f" ({user_files.shown(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
     return Failure(
         f"internal error: {_exception_line(error)}{where}",
         "this is a jaxside bug; please report it with the output of --debug",

@@ -8,7 +8,7 @@ to trace, both commands'), `JaxModule` (the exported module: written, its style,
 from flat names, as argparse and the API give them; `flag_names` lists those names.
 
 What a run learns as it goes (the status display, the files it found) lives elsewhere: the
-`Status` the command makes, the `errors.Context` errors are described with.
+`Status` the command makes, the `errors.UserFiles` errors are described with.
 """
 
 from __future__ import annotations

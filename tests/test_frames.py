@@ -230,3 +230,26 @@ def test_files_never_user_code_are_not_asked_about_again():
         twice(Value("x"))
     assert textwrap.__file__ not in asked
     assert [c.qualname for c in recorder.roots] == ["twice"]
+
+
+def branches(x, flag):
+    if flag:
+        x = x + x
+    else:
+        x = helper(x, x)
+    try:
+        y = x
+    except TypeError:
+        y = None
+    return y
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_call_records_the_lines_it_ran(backend):
+    """Every line of the call's own code that ran, none of a branch it skipped: the page's evidence."""
+    recorder, _ = record(branches, Value("x"), False, backend=backend)
+    (root,) = recorder.roots
+    first = branches.__code__.co_firstlineno
+    assert {line - first for line in root.lines} == {1, 4, 5, 6, 9}, root.lines  # not 2, 7, 8
+    (called,) = root.children
+    assert {line - helper.__code__.co_firstlineno for line in called.lines} == {1, 2}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -240,3 +241,100 @@ def test_both_columns_hold_the_code_without_a_browser(view):
     helper = [row for key, row in rows.items() if key.startswith("f1-L")]
     (sigmoid,) = [row for row in helper if row.cell("t") == "return torch.sigmoid(x) * x"]
     assert re.search(r"(sigmoid|logistic)\(x\) \* x", sigmoid.cell("j")), sigmoid.cell("j")
+
+
+BRANCHES = '''\
+import torch
+
+
+def f(x, extra=None, cache=None):
+    if extra is not None:
+        x = x + extra
+    if cache is not None:
+        if isinstance(cache, dict):
+            cache = cache["x"]
+    try:
+        n = int(x.shape[0])
+    except TypeError:
+        n = 0
+    if n > 1:
+        x = x * 2
+    return torch.sin(x)
+'''
+
+
+def test_branches_that_left_no_trace_are_told_from_the_lines_that_ran(tmp_path: Path):
+    """A branch with no sibling, no `raise` or `return`, whose lines would have made no array
+    operation or none at all (a cache picked, an exception caught), did not run: the frame hook
+    saw every line each call ran (GPT-2's cross-attention and `EncoderDecoderCache` branches)."""
+    import ast
+
+    from jaxside.render.html.runs import Runs
+
+    file = tmp_path / "branches.py"
+    file.write_text(BRANCHES)
+    trace = Capture(watch=[str(file)])(load_file(str(file)).f, torch.ones(3), cache=[1])
+    runs = Runs(trace, str(file), ast.parse(BRANCHES))
+    not_run = {n for n in range(1, len(BRANCHES.splitlines()) + 1) if n not in runs.ran}
+    assert not_run == {1, 2, 3, 6, 9, 12, 13}, not_run
+
+
+def test_gpt2s_branches_that_never_ran_are_dimmed():
+    """transformers' GPT-2 (a tiny config, as the zoo builds it): the cross-attention branches and
+    the `EncoderDecoderCache` one left no array operation that would tell, yet did not run."""
+    import ast
+
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.models.gpt2 import modeling_gpt2
+
+    from jaxside.render.html.runs import Runs
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=64)).eval()
+    trace = Capture()(model, torch.randint(0, 64, (1, 8)))
+    source = Path(modeling_gpt2.__file__).read_text(encoding="utf-8")
+    runs = Runs(trace, modeling_gpt2.__file__, ast.parse(source))
+    numbered = list(enumerate(source.splitlines(), 1))
+
+    def at(text: str) -> list[int]:
+        return [n for n, line in numbered if line.strip().startswith(text)]
+
+    skipped = [*at("hidden_states = self.ln_cross_attn("), *at("query_states = self.q_attn("),
+               *at("curr_past_key_values = past_key_values.self_attention_cache")]
+    ran = [*at("hidden_states = self.ln_2("), *at("query_states, key_states, value_states = self.c_attn(")]
+    ran += [n for n, line in numbered if line.strip() == "curr_past_key_values = past_key_values"]
+    assert len(skipped) == 3 and len(ran) == 3, (skipped, ran)
+    assert not set(skipped) & runs.ran and set(ran) <= runs.ran
+
+
+def test_a_statements_layouts_share_their_common_lines():
+    """Each layout of a statement is its lines shown at that width, in order; a line two layouts
+    in a row share is written once (pages carried every layout whole, 35% larger)."""
+    from jaxside.render.html.statements import BODY, WIDTHS, layouts
+    from jaxside.render.layout import wrap_text
+
+    text = ('attn_output = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores + causal_mask, axis=-1), '
+            "value_states)")
+    page = layouts(text)
+    pieces = [p for p in re.split(r"(?=<span class=(?:'ln[ ']|ln[ >]))", page) if p]
+    lines = []
+    for piece in pieces:
+        classes = re.match(r"<span class=(?:'([^']*)'|ln)", piece)[1] or ""
+        low, high = re.search(r"lo(\d+)", classes), re.search(r"hi(\d+)", classes)
+        lines.append((html.unescape(re.sub(r"<[^>]+>", "", piece)),
+                      int(low[1]) if low else 0, int(high[1]) if high else 10**6))
+    for width in WIDTHS:
+        want = [BODY + line for line in wrap_text(text, len(BODY), width)]
+        assert [t for t, low, high in lines if low <= width < high] == want, width
+    distinct = {tuple(BODY + line for line in wrap_text(text, len(BODY), width)) for width in WIDTHS}
+    assert len(distinct) >= 3 and len(lines) < sum(len(layout) for layout in distinct)
+
+
+def test_rows_name_their_place_once_per_file(view):
+    """A torch row's label (`view_model.py:12`, for Back) is its table's file name and its line,
+    not an attribute of every row."""
+    page, _ = view
+    text = page.read_text(encoding="utf-8")
+    assert "<table data-name='view_model.py'>" in text
+    assert not re.search(r"<tr id=f\d+-L\d+ [^>]*data-label", text)

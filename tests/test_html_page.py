@@ -277,16 +277,22 @@ LAYOUTS = """
     const ch = probe.getBoundingClientRect().width / 50;
     probe.remove();
     const found = [];
+    const bound = (v, kind) => +((v.className.match(new RegExp(kind + '(\\\\d+)')) || [0, 0])[1]);
     document.querySelectorAll('td.j .st').forEach(st => {
-      const layouts = [...st.children].filter(c => c.tagName === 'DIV');
-      if (layouts.length < 2 || !st.getClientRects().length) return;
-      const shown = layouts.filter(v => v.getClientRects().length);
-      const bound = (v, kind) => +((v.className.match(new RegExp(kind + '(\\\\d+)')) || [0, 0])[1]);
-      found.push([shown.length, st.clientWidth / ch, bound(shown[0], 'lo'), bound(shown[0], 'hi')]);
+      const lines = [...st.children].filter(c => c.classList.contains('ln'));
+      if (!lines.some(v => bound(v, 'lo') || bound(v, 'hi')) || !st.getClientRects().length) return;
+      const room = st.clientWidth / ch;
+      const shown = lines.filter(v => v.getClientRects().length);
+      const inRange = v => bound(v, 'lo') <= room && (!bound(v, 'hi') || room < bound(v, 'hi'));
+      const one = shown.length > 0 && lines.every(v => inRange(v) === shown.includes(v));
+      const low = Math.max(...shown.map(v => bound(v, 'lo')));
+      const highs = shown.map(v => bound(v, 'hi')).filter(Boolean);
+      found.push([one ? 1 : 0, room, low, highs.length ? Math.min(...highs) : 0]);
     });
     return found;"""
-"""Per statement laid out at several widths: how many layouts show, the room in characters, and the
-width range of the one shown (0: unbounded)."""
+"""Per statement laid out at several widths (its lines, each shown at the widths of the layouts it
+belongs to): 1 when the lines shown are exactly those whose widths take the room, the room in
+characters, and the width range they share (0: unbounded)."""
 
 
 @pytest.mark.parametrize("width", [900, 1600])

@@ -1,6 +1,7 @@
 """Layout rules, read from the source: modules under 500 lines, no import circles, no borrowed private
 names, functions under 80 lines, classes setting at most 15 attributes, at most five
-`# type: ignore` (each saying why), every module in the tables of docs/architecture.md.
+`# type: ignore` (each saying why), every module in the tables of docs/architecture.md, no public
+class name defined in two packages.
 
 Imports inside functions count; imports under ``if TYPE_CHECKING:`` do not. A private name (or a
 private module) may be imported only from a ``_``-prefixed module of the importer's own package.
@@ -347,3 +348,44 @@ def test_the_tables_are_read_as_they_must():
         "render/", "render/ir.py", "render/rules/", "render/lower/", "render/lower/a.py",
         "render/lower/merge/b.py",
     }
+
+
+# -- one name, one class across packages -----------------------------------------------------------
+
+KNOWN_SHARED_NAMES = {"Entry", "Guard"}
+"""Public class names two packages both define, left for now: annotate's `loading.Entry` (a
+model file's entry) beside tracing's and the catalogue's, `output.Guard` beside `ir.Guard`. No
+other may join them."""
+
+
+def public_classes(source: str, module: str) -> dict[str, str]:
+    """The public classes `source` (the module `module`) defines at its top level, by name."""
+    return {node.name: module for node in ast.parse(source).body
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_")}
+
+
+def shared_class_names(modules: dict[str, str]) -> dict[str, list[str]]:
+    """Public class names defined by modules of more than one package (`modules`: name -> source)."""
+    where: dict[str, list[str]] = {}
+    for module, source in modules.items():
+        for name in public_classes(source, module):
+            where.setdefault(name, []).append(module)
+    packages = {name: {p for p in PACKAGES for m in found if in_package(m, p)}
+                for name, found in where.items()}
+    return {name: sorted(where[name]) for name, held in packages.items() if len(held) > 1}
+
+
+def test_no_two_packages_define_a_class_of_one_name():
+    """`annotate.errors.Context` beside `render.lower.Context` read as one concept; it was another."""
+    shared = shared_class_names({name: path.read_text(encoding="utf-8") for name, path in MODULES.items()})
+    assert set(shared) - KNOWN_SHARED_NAMES == set(), shared
+
+
+def test_the_class_name_rule_sees_what_it_must():
+    modules = {
+        "jaxside.annotate.a": "class Context:\n    pass\nclass _Hidden: ...\n",
+        "jaxside.render.b": "class Context: ...\nclass _Hidden: ...\ndef f():\n    class Inner: ...\n",
+        "jaxside.render.c": "class Inner: ...\nclass Own: ...\n",
+        "jaxside.render.d": "class Own: ...\n",
+    }
+    assert shared_class_names(modules) == {"Context": ["jaxside.annotate.a", "jaxside.render.b"]}

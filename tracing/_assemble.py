@@ -105,10 +105,10 @@ def assemble(
 
 def _seen(record: CallRecord, views: Mapping[int, tuple[object, Any]]) -> Seen:
     """What the frame hook saw in the call `record` is: its bindings (views resolved to the vars
-    they materialized to), its numbers, and the numbers a module's `self` held."""
+    they materialized to), its numbers, the numbers a module's `self` held, and the lines it ran."""
     receiver = record.receiver
     attributes = _attributes(receiver) if isinstance(receiver, torch.nn.Module) else {}
-    return Seen(_resolved(record.bindings, views), list(record.numbers), attributes)
+    return Seen(_resolved(record.bindings, views), list(record.numbers), attributes, frozenset(record.lines))
 
 
 def _resolved(

@@ -87,6 +87,8 @@ class CallRecord:
     of them (`kv_size = self.n_local_heads * self.head_dim`): what config numbers were named."""
     returned: list[tuple[str, Hashable]] = field(default_factory=list)
     children: list[CallRecord] = field(default_factory=list)
+    lines: set[int] = field(default_factory=set)
+    """Every line of the call's own code that ran (its frame's line events)."""
     raised: bool = False
 
     @property
@@ -206,6 +208,7 @@ class Recorder:
         if active.line in active.stores:
             self._bind(active)
         active.line = line
+        active.record.lines.add(line)
 
     def on_return(self, frame: FrameType, value: object, raised: bool = False) -> None:
         if not self._stack or self._stack[-1].frame is not frame:

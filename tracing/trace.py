@@ -75,8 +75,8 @@ class StateUpdate:
 @dataclass
 class Seen:
     """What the frame hook saw inside one call besides its equations: the locals it bound to
-    traced values and to numbers, and the numbers `self` held. Lowering reads its evidence here
-    (`render.lower.evidence`)."""
+    traced values and to numbers, the numbers `self` held, and the lines that ran. Lowering reads
+    its evidence here (`render.lower.evidence`), the page which branches ran."""
 
     bindings: list[tuple[str, int, Any]] = field(default_factory=list)
     """`(local name, line, var)` each time the call bound a local to a traced value."""
@@ -87,6 +87,9 @@ class Seen:
     """The numbers `self` held when the call returned, by attribute path (`n_head`, `eps`,
     `config.rope_theta` for an object it keeps): the values of the `self.<path>` reads in the
     torch code. Empty for a function."""
+    lines: frozenset[int] = frozenset()
+    """Every line of the call's own code that ran: a branch none of whose lines is here did not run
+    (`render.html.runs`). Empty where no frame hook saw the call."""
 
 
 @dataclass

@@ -191,13 +191,15 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     used: set[Any] = set(inputs.values())
     port_order = {v: i for i, v in enumerate(port.checkpoints)}
     found: dict[Any, Pair] = {}
+    uniform = _uniform_weights(torch, inputs)
     # Equal values first, all of them: a port value equal to a later torch value (a library call
     # such as `nnx.dot_product_attention` computing several torch lines at once) is that value's
     # partner, never the counterpart of the torch lines inside the call.
     for var in torch.checkpoints:
         value = torch.values[var]
+        read = {p for t, p in uniform.items() if t in torch.ancestors[var]}
         equal = [p for p in port.checkpoints if _same_type(port.values[p], value)
-                 and _equal(value, port.values[p], rtol, atol)]
+                 and read <= port.ancestors[p] and _equal(value, port.values[p], rtol, atol)]
         fresh = [p for p in equal if p not in used]
         if equal and not fresh and _constant(value):
             equal = []  # all one number, equal to a value paired already: no evidence; by ancestry
@@ -243,6 +245,16 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     first = next((p for p in pairs if p.port_var is not None and not p.close), None)
     unmatched = [p for p in port.checkpoints if p not in used]
     return Alignment(pairs, first, unmatched)
+
+
+def _uniform_weights(torch: Side, inputs: dict[Any, Any]) -> dict[Any, Any]:
+    """Torch weights of one number throughout (a LayerNorm's ones and zeros as initialised) -> their
+    port partners. Such a weight can make its step no step (`x * 1 + 0` is `x`): a port value equal
+    to a torch value computed from one, but not computed from its partner, is equal by its grace
+    (the port's value before the step, where the port's step itself may be wrong), no evidence."""
+    weights = {item.var for item in torch.trace.inputs if item.kind != "arg"}
+    return {t: p for t, p in inputs.items()
+            if t in weights and t in torch.values and _constant(torch.values[t])}
 
 
 def _reaches(start: Any, targets: set[Any], through: set[Any], eqns: Any,

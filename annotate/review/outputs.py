@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jaxside.annotate.review.align import Constant, close, error
+from jaxside.annotate.table import leaf_table
 
 _KEY = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]|\.(\w+)")
 
@@ -118,16 +119,15 @@ def matched(leaves: list[Leaf]) -> bool:
 
 def lines(leaves: list[Leaf]) -> list[str]:
     """`outputs (torch <- port):` then a line per leaf, as `--check` prints them."""
-    out = ["outputs (torch <- port):"]
-    width = max((len(leaf.torch_path) for leaf in leaves), default=0)
+    rows = []
     for leaf in leaves:
         verdict = "ok" if leaf.close else "MISMATCH"
         if leaf.port_path is None:
             how = "a value the port computed" if leaf.close else "no port value equals it"
             if not leaf.counts:
                 how, verdict = "not returned by the port: not compared", ""
-            out.append(f"  {leaf.torch_path:<{width}}  {leaf.shape:<20} {how}  {verdict}".rstrip())
+            rows.append((leaf.torch_path, leaf.shape, f"{how}  {verdict}".rstrip()))
         else:
-            out.append(f"  {leaf.torch_path:<{width}}  {leaf.shape:<20} <- {leaf.port_path}  max abs "
-                       f"{leaf.error:.2e}  {verdict}")
-    return out
+            rows.append((leaf.torch_path, leaf.shape,
+                         f"<- {leaf.port_path}  max abs {leaf.error:.2e}  {verdict}"))
+    return ["outputs (torch <- port):", *leaf_table(rows)]

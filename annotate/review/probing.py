@@ -2,7 +2,8 @@
 
 A stand-in (`_Probe`) is handed where the port expects its params pytree. Indexing it with a string
 or an int makes a child stand-in; using one as an array makes it a leaf, resolved to the torch
-tensor its path resembles. A leaf is used as an array in one of three ways:
+tensor its path resembles; `"bias" in p` asks whether the torch module `p` resembles has a `bias`.
+A leaf is used as an array in one of three ways:
 
 - through a method or attribute (`w.T`, `w.shape`, `x @ w`), which the stand-in forwards;
 - as an argument of a jitted function (`jnp.take(w, idx, axis=0)`, `jax.nn.relu(w)`): the stand-in
@@ -50,6 +51,10 @@ class _Probe:
             return child._array if child._array is not None else child
         return self._leaf()[key]
 
+    def __contains__(self, key: object) -> bool:
+        """`"bias" in p`: whether the torch module this stand-in resembles has that tensor."""
+        return isinstance(key, str) and self._run.has(self._path, key)
+
     def __iter__(self) -> Any:
         return iter([self[i] for i in range(self._run.length)])
 
@@ -94,9 +99,25 @@ for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv"
 class _Run:
     """One run of the port on stand-ins: the paths known to be leaves, the stand-ins it made."""
 
-    def __init__(self, resolve: Callable[[str], Any], length: int, leaves: set[str]) -> None:
-        self.resolve, self.length, self.leaves = resolve, length, leaves
+    def __init__(self, resolve: Callable[[str], Any], length: int, leaves: set[str],
+                 names: list[str]) -> None:
+        self.resolve, self.length, self.leaves, self.names = resolve, length, leaves, names
         self.made: list[_Probe] = []
+
+    def has(self, path: str, key: str) -> bool:
+        """Whether the torch module most like `path` (a state_dict name less its last part) holds
+        a tensor named `key` (`weight`, `kernel` and `scale` one name)."""
+        modules = sorted({name.rpartition(".")[0] for name in self.names if "." in name})
+        module = best_match(path, modules, set())
+        if module is None:
+            return False
+        wanted = _LEAF_NAMES.get(key, key)
+        return any(name.rpartition(".")[0] == module and _LEAF_NAMES.get(last, last) == wanted
+                   for name in self.names for last in [name.rpartition(".")[2]])
+
+
+_LEAF_NAMES = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
+"""A framework's name for what torch calls `weight`."""
 
 
 def _flatten(probe: _Probe) -> tuple[tuple[Any], None]:
@@ -151,7 +172,7 @@ def discover(fn: Any, names: list[str], state: dict[str, Any], weight_args: list
     leaves: set[str] = set()
     while True:
         guesses.clear()
-        run = _Run(resolve, layer_count(names), leaves)
+        run = _Run(resolve, layer_count(names), leaves, names)
         probes = [_Probe(arg, run) for arg in weight_args]
         given = [probe._leaf() if probe._path in leaves else probe for probe in probes]
         try:

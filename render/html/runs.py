@@ -1,11 +1,14 @@
 """Which lines of a file ran in a trace, as far as the trace shows.
 
-The trace records calls, the expressions that emitted equations, where locals were bound and where
-user functions were called: evidence that a line ran. From it a def's body ran when the def was
-called; inside it, a branch did not run when, in every call, it left no evidence and either its
-sibling branch did (`if`/`else` are exclusive), or it ends in `raise` and the call returned, or it
-ends in `return` and the call went on past the `if`. A branch with no evidence either way counts as
-run: dimming code that ran would mislead more than leaving a skipped branch bright.
+The frame hook records every line a call of user code ran (`Seen.lines`): a def's body ran when
+the def was called, and inside it a branch (of an `if`, or an `except`) did not run when no line of
+it ran in any call. Where a call has no such record (a trace made otherwise), the evidence is what
+else the trace holds: the expressions that emitted equations, where locals were bound and where
+user functions were called; then a branch did not run when, in every call, it left no evidence and
+either its sibling branch did (`if`/`else` are exclusive), or it ends in `raise` and the call
+returned, or it ends in `return` and the call went on past the `if`. A branch with no evidence
+either way counts as run: dimming code that ran would mislead more than leaving a skipped branch
+bright.
 """
 
 from __future__ import annotations
@@ -33,16 +36,22 @@ def _end(nodes: list[ast.stmt]) -> int:
     return max(n.end_lineno or n.lineno for n in nodes)
 
 
+_Evidence = tuple[set[int], bool, bool]
+"""Per call of a def: the lines shown to have run, whether it raised, whether those are every line
+it ran (the frame hook's record) or only what the trace otherwise shows."""
+
+
 class Runs:
     """`ran`: the lines of `path` that ran in the trace (called defs, less the branches shown skipped)."""
 
     def __init__(self, trace: Any, path: str, tree: ast.Module) -> None:
         target = Path(path).resolve()
         defs = {_first_line(n): n for n in ast.walk(tree) if isinstance(n, _Def)}
-        per_def: dict[int, list[tuple[set[int], bool]]] = {}
+        per_def: dict[int, list[_Evidence]] = {}
         for call in trace.root.walk():
             if _same(call.file, target) and call.line in defs:
-                per_def.setdefault(call.line, []).append((self._evidence(trace, call, target), call.raised))
+                lines = self._evidence(trace, call, target)
+                per_def.setdefault(call.line, []).append((lines, call.raised, bool(call.seen.lines)))
         self.called = set(per_def)
         """First lines (decorator or `def`) of the defs called in the trace."""
         self.ran: set[int] = set()
@@ -62,9 +71,10 @@ class Runs:
             if site is not None and _same(site.file, target):
                 lines.update(range(site.line, site.end_line + 1))
         lines.update(line for _, line, _ in call.seen.bindings)
+        lines.update(call.seen.lines)
         return lines
 
-    def _skipped_lines(self, body: list[ast.stmt], calls: list[tuple[set[int], bool]]) -> set[int]:
+    def _skipped_lines(self, body: list[ast.stmt], calls: list[_Evidence]) -> set[int]:
         """Lines of a block that ran which did not: skipped branches, and nested defs never called."""
         found: set[int] = set()
         for node in body:
@@ -78,7 +88,8 @@ class Runs:
                 for index, branch in enumerate(branches):
                     others = branches[:index] + branches[index + 1 :]
                     if all(self._skipped(branch, others, end, call) for call in calls):
-                        first = branch[0].lineno if index == 0 else _end(node.body) + 1
+                        header = (node.test.end_lineno or node.lineno) + 1  # a comment above the body too
+                        first = min(branch[0].lineno, header) if index == 0 else _end(node.body) + 1
                         found.update(range(first, _end(branch) + 1))
                     else:
                         found |= self._skipped_lines(branch, calls)
@@ -88,16 +99,23 @@ class Runs:
                 if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
                     found |= self._skipped_lines(part, calls)
             for handler in getattr(node, "handlers", []):
-                found |= self._skipped_lines(handler.body, calls)
+                start, end = handler.body[0].lineno, _end(handler.body)
+                ran = [not exact or any(start <= line <= end for line in lines) for lines, _, exact in calls]
+                if not any(ran):
+                    found.update(range(handler.lineno, end + 1))  # no exception was caught here
+                else:
+                    found |= self._skipped_lines(handler.body, calls)
         return found
 
     @staticmethod
     def _skipped(branch: list[ast.stmt], others: list[list[ast.stmt]], if_end: int,
-                 call: tuple[set[int], bool]) -> bool:
-        lines, raised = call
+                 call: _Evidence) -> bool:
+        lines, raised, exact = call
         start, end = branch[0].lineno, _end(branch)
         if any(start <= line <= end for line in lines):
             return False
+        if exact:  # every line the call ran is known: none of the branch's
+            return True
         if any(_end(other) >= line >= other[0].lineno for other in others for line in lines):
             return True
         last = branch[-1]

@@ -277,7 +277,8 @@
     const from = link.closest('tr');
     const target = link.getAttribute('href').slice(1);
     if (from && from.id) {
-      trail.push({id: from.id, label: from.dataset.label || from.id});
+      const file = from.closest('table[data-name]');  // a torch row: its file's name and line
+      trail.push({id: from.id, label: from.dataset.label || (file ? `${file.dataset.name}:${from.dataset.l}` : from.id)});
       history.replaceState(null, '', '#' + from.id);
       history.pushState({from: from.id}, '', '#' + target);
     } else {

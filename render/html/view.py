@@ -164,7 +164,7 @@ class _View:
             if self.entry is not None and f"id=def-{self.entry} " in jax:
                 state += " entry"
             band = bands.get(group) if group is not None else None
-            rows[number] = self._row(section, number, state, band, group, path.name,
+            rows[number] = self._row(section, number, state, band, group,
                                      highlight.block(torch[number - 1]) if number <= len(torch) else "", jax)
         outline = folds.outline(source_map.tree)
         title = f"<h2>{html.escape(str(path.name))}</h2>" if self.titled else ""
@@ -189,7 +189,8 @@ class _View:
                 label = f"{path.name}:{start}  {folds.describe(start, end, outline)}  →  {name}"
                 parts.append(f"<tbody><tr class=bar><td colspan=3>{html.escape(label)}</td></tr></tbody>")
                 parts += self._folded(rows, start, end, foldable, blank, outline)
-        return f"{title}<table>{self._head(path.name, self.trace.frontend)}{''.join(parts)}</table>"
+        named = f"<table data-name='{html.escape(path.name, quote=True)}'>"  # a row's label: name:line
+        return f"{title}{named}{self._head(path.name, self.trace.frontend)}{''.join(parts)}</table>"
 
     @staticmethod
     def _folded(rows: dict[int, str], first: int, last: int, foldable: Any, blank: Any,
@@ -226,11 +227,10 @@ class _View:
         return ("<colgroup><col style='width:3.2em'><col style='width:46%'><col></colgroup>"
                 f"<thead><tr><th></th><th>{side} · {html.escape(name)}</th><th>JAX</th></tr></thead>")
 
-    def _row(self, section: str, number: int, state: str, band: int | None, group: int | None, name: str,
+    def _row(self, section: str, number: int, state: str, band: int | None, group: int | None,
              torch: str, jax: str) -> str:
         classes = " ".join(["r", state] + ([f"b{band}"] if band is not None else []))
         attrs = f"id={section}-L{number} class='{classes}' data-f={section} data-l={number}"
-        attrs += f" data-label='{html.escape(name, quote=True)}:{number}'"
         if group is not None:
             attrs += f" data-g={section}:{group}"
         return f"<tr {attrs}><td class=n>{number}</td><td class=t>{torch}</td><td class=j>{jax}</td></tr>\n"
