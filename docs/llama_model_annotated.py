@@ -131,8 +131,7 @@ class TransformerBlock(nn.Module):
         # h = x + attention
         out = h + self.feed_forward(self.ffn_norm(h))
         # ffn_norm_h = rms_norm_forward(params["ffn_norm"], h, config=config)  ×2
-        # feed_forward_out = feed_forward(params["feed_forward"], ffn_norm_h)
-        # out = h + feed_forward_out
+        # out = h + feed_forward(params["feed_forward"], ffn_norm_h)
         return out  # return (out, {"attention": new_attention_state})  ×2
 
 
@@ -204,8 +203,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # jax: def feed_forward(params, x)  ×2
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        # silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)  ×2
-        # return silu @ params["w2"]["weight"].T
+        # silu = jax.nn.silu(x @ params["w1"]["weight"].T)  ×2
+        # silu_times_w3 = silu * (x @ params["w3"]["weight"].T)
+        # return silu_times_w3 @ params["w2"]["weight"].T
 
 
 class RMSNorm(nn.Module):

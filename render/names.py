@@ -176,14 +176,7 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
         simple = [p for a in first if _is_chain(a) for p in _parts(a, depth + 1)[-1:]]
         return [*callee, *simple] if callee else simple
     if isinstance(node, ast.BinOp):
-        left, right = _parts(node.left, depth + 1), _parts(node.right, depth + 1)
-        if _is_chain(node.left) and _is_chain(node.right) and left and right:
-            return [left[-1], _OPERATORS.get(type(node.op), "op"), right[-1]]
-        for chain, number in ((node.left, node.right), (node.right, node.left)):
-            if _is_chain(chain) and isinstance(number, ast.Constant) and type(number.value) is int:
-                # `error ** 2` -> error_pow_2, `1 + x` -> x_plus_1
-                return [_parts(chain, depth + 1)[-1], _OPERATORS.get(type(node.op), "op"), str(number.value)]
-        return left or right
+        return _binary(node, depth)
     if isinstance(node, ast.UnaryOp):
         return _parts(node.operand, depth + 1)
     if isinstance(node, ast.Subscript):
@@ -198,6 +191,55 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
     if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
         return _parts(node.elt, depth + 1)
     return []
+
+
+def _binary(node: ast.BinOp, depth: int) -> list[str]:
+    """`x_re * cos` -> x_re_times_cos; the value is the whole operation, so operands that are calls
+    are named by what they call (`F.silu(self.w1(x)) * self.w3(x)` -> silu_times_w3, `1.0 +
+    torch.tanh(u)` -> tanh_plus_1); where that is too long, what the left operand is called."""
+    op = _OPERATORS.get(type(node.op), "op")
+    left, right = _head(node.left, depth + 1), _head(node.right, depth + 1)
+    for head, number in ((left, node.right), (right, node.left)):
+        whole = _whole(number.value) if isinstance(number, ast.Constant) else None
+        if head and whole:
+            left, right = head, whole  # `error ** 2` -> error_pow_2, `1 + x` -> x_plus_1
+    if left and right and len(f"{left}_{op}_{right}") <= _MAX_LENGTH:
+        return [left, op, right]
+    return _parts(node.left, depth + 1) or _parts(node.right, depth + 1)
+
+
+def _head(node: ast.expr, depth: int) -> str | None:
+    """One word for an operand: a name chain's last part, the function or module a call calls, or
+    the method a value calls (`a.sigmoid()` -> sigmoid; `a.float()` is still `a`)."""
+    if depth > 4:
+        return None
+    if _is_chain(node):
+        return _last(_parts(node, depth))
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Attribute) and not _is_namespace(func.value):
+        return _head(func.value, depth + 1) if func.attr in _SAME_VALUE else func.attr
+    return _last(_parts(func, depth)) if _is_chain(func) else None
+
+
+def _last(parts: list[str]) -> str | None:
+    return parts[-1] if parts else None
+
+
+_SAME_VALUE = frozenset({
+    "float", "half", "double", "bfloat16", "to", "type", "type_as", "contiguous", "clone", "detach",
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "flatten", "squeeze", "unsqueeze",
+    "expand", "expand_as", "t",
+})
+"""Methods that give the same values in another dtype, layout or shape: the operand keeps its name."""
+
+
+def _whole(value: object) -> str | None:
+    """`2` for 2 or 2.0: a whole number as a word; None for anything else (`0.5`, `True`)."""
+    if type(value) is int or (type(value) is float and value.is_integer() and abs(value) < 1e6):
+        return str(int(value))
+    return None
 
 
 def _is_chain(node: ast.expr) -> bool:
@@ -233,6 +275,10 @@ class Scope:
     """The module's names (defs, constants), which a local must not shadow."""
     bases: dict[str, str] = field(default_factory=dict)
     """The base of each suffixed name (`k_2` -> `k`), which `render.lower.rebinding` may give back."""
+    clashed: dict[str, str] = field(default_factory=dict)
+    """Names that say `_out` only not to hide a module-level name (`feed_forward_out`, for the value
+    of the def `feed_forward`), with the name they would have: a class style, whose defs are
+    methods, gives it back (`render.styles.methods`)."""
 
     def fresh(self, base: str | None, source: Source, *, temporary: bool = False) -> str:
         if not base:
@@ -240,6 +286,7 @@ class Scope:
         base = identifier(base)
         module = self.outer.names if self.outer is not None else {}
         if base in module and not base.isupper() and self.free(f"{base}_out"):  # (no constant's)
+            self.clashed[f"{base}_out"] = base
             base = f"{base}_out"  # (the value of a call to the def `feed_forward`: `feed_forward_out`)
         start = 1 if temporary and base in self.preferred else 0
         for i in range(start, 10_000):

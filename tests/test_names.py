@@ -82,6 +82,15 @@ def test_class_names_split_as_people_write_them(camel, expected):
         ("self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)", "attention"),
         ("F.scaled_dot_product_attention(q, k, v, attn_mask=mask)", "sdpa"),
         ("self.freqs_cis[input_pos]", "freqs_cis_input_pos"),
+        # a value is named for the whole operation it is, not for an operand's inner call
+        ("F.silu(self.w1(x)) * self.w3(x)", "silu_times_w3"),
+        ("self.act_fn(self.gate_proj(x)) * self.up_proj(x)", "act_fn_times_up_proj"),
+        ("1.0 + torch.tanh(c * (x + 0.044715 * torch.pow(x, 3.0)))", "tanh_plus_1"),
+        ("a.sigmoid() * b.exp()", "sigmoid_times_exp"),
+        ("q @ k.transpose(-2, -1)", "q_matmul_k"),  # a transpose is still `k`
+        ("h + F.relu(self.fc2(h))", "h_plus_relu"),
+        ("x * 0.5", "x"),  # a fraction is no word
+        ("self.embed_tokens(input_ids) * self.embed_scale", "embed_tokens_input_ids"),  # too long: the left
         ("not valid python (", None),
         ("3 + 4", None),
         (None, None),

@@ -32,6 +32,7 @@ from jaxside.render.lower.paths import (
     spec_expr,
     tree_root,
 )
+from jaxside.render.lower.value_names import cache_name, cast_name, returned_names, state_base
 from jaxside.render.rules import Structured, atom_expr
 from jaxside.render.source import site_contains
 from jaxside.tracing.trace import Site
@@ -140,7 +141,11 @@ class CallDef(Body):
             return []
         returned = {v for _, v in self.tree.returned(node)}
         finals = {self.ctx.roles.state_final[p] for p in node.state_out}
-        return [v for v in node.outputs if v not in returned and v not in finals]
+        extras = [v for v in node.outputs if v not in returned and v not in finals]
+        # in the order the entry returns them (a cache's `keys, values`), the others after, as made
+        outputs = list(enumerate(v for _, v in self.ctx.flow.outputs))
+        order = {v: i for i, v in reversed(outputs) if isinstance(v, Var)}
+        return sorted(extras, key=lambda v: order.get(v, len(order)) if isinstance(v, Var) else len(order))
 
     def _parameters(self, node: Node, function: Function) -> list[str]:
         ctx, names = self.ctx, []
@@ -217,7 +222,8 @@ class CallDef(Body):
         if self.ctx.trace.gradients.get(v) is not None:
             return False  # the gradient of a named value: a line of its own, to read and to edit
         consumer = self.consumer.get(v)
-        if site is not None and consumer not in (site, "return") and len(ast.unparse(value)) > INLINE_LIMIT:
+        long = len(ast.unparse(value)) > INLINE_LIMIT and not (call_site and self._named_as_def(site))
+        if site is not None and consumer not in (site, "return") and long:
             return False  # a long sub-expression of its own (`self.conv1(x)`) reads better named
         if consumer == "return":
             return True
@@ -226,6 +232,13 @@ class CallDef(Body):
         if call_site and consumer == site:
             return False  # the same call site again: the next iteration of a loop
         return site_contains(consumer, site)
+
+    def _named_as_def(self, site: Site | None) -> bool:
+        """Whether a call's value would be named as a def is (`self.feed_forward(...)` calling the def
+        `feed_forward`): it stays in the expression using it (`h + feed_forward(...)`, as torch
+        writes it), since a name of its own would be `feed_forward_out`."""
+        name = naming.expression_name(site.text if site else None)
+        return name is not None and not name.isupper() and name in self.ctx.module.scope.names
 
     def _target(
         self,
@@ -251,7 +264,7 @@ class CallDef(Body):
         if returned_as:  # `cos, sin = rotary_emb(...)`: an item of a tuple the callee returns by name
             return self.scope.fresh(returned_as, "local")
         if made_in_call:
-            cached = _cache_name(self.ctx.trace.outputs, self.ctx.flow.resolve, v)
+            cached = cache_name(self.ctx.trace.outputs, self.ctx.flow.resolve, v)
             if cached:  # a cache the entry returns: `keys`, `values` as its path says, not `k_embed`
                 return self.scope.fresh(cached, "expression")
             # A value a callee made and the caller needs (a forward residual): the callee's name for it.
@@ -270,6 +283,9 @@ class CallDef(Body):
             return self.scope.fresh(
                 re.sub(r"_\d+$", "", operand.id), self.scope.names.get(operand.id, "fallback"), temporary=True
             )
+        cast = cast_name(operand, site) if fallback == "convert_element_type" else None
+        if cast:  # `xshaped[..., 0] * freqs_cis[..., 0]` at two dtypes: the cast is `freqs_cis_0`
+            return self.scope.fresh(cast, "expression", temporary=True)
         base = naming.expression_name(site.text if site else None)
         if base:
             return self.scope.fresh(base, "expression", temporary=True)
@@ -358,7 +374,7 @@ class CallDef(Body):
         if returned:
             targets.append(self._returned_target(child, returned, flat))
         if function.calling.state_out:
-            state_name = self.scope.fresh(_state_base(child, node), "parameter")
+            state_name = self.scope.fresh(state_base(child, node), "parameter")
             flat.append(state_name)
             targets.append(named(state_name, ast.Store()))
             self.child_states.append((child, state_name))
@@ -380,7 +396,7 @@ class CallDef(Body):
         paths = [p for p, _ in returned]
         if paths == [""] or paths == [f"[{i}]" for i in range(len(paths))]:
             names = []
-            callee = _returned_names(child.group.function if child.group else None, len(paths))
+            callee = returned_names(child.group.function if child.group else None, len(paths))
             for k, (_, v) in enumerate(returned):
                 if v in self.env or not self.uses[v]:
                     names.append("_")
@@ -439,42 +455,3 @@ class CallDef(Body):
             else:
                 entries[relative(path, anchor)] = self.expr(ctx.roles.state_final[path])
         return nested_dict(entries, ctx.roles.state_tree, anchor)
-
-
-def _returned_names(function: Function | None, count: int) -> list[str | None]:
-    """The names a callee returns a tuple of (`return cos, sin`), one per item, None where an
-    item is no plain name; all None for a callee that returns one value."""
-    if function is None or count <= 1:
-        return [None] * count
-    returns = function.returns
-    if returns is not None and (function.calling.state_out or function.calling.out_slots):
-        returns = returns.elts[0] if isinstance(returns, ast.Tuple) else None  # then its state, extras
-    if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:
-        return [None] * count
-    return [re.sub(r"_\d+$", "", e.id) if isinstance(e, ast.Name) else None for e in returns.elts]
-
-
-def _state_base(child: Node, node: Node) -> str:
-    below = relative(child.anchor or "", node.anchor or "") if child.anchor != node.anchor else ""
-    last = below.split(".")[-1] if below else ""
-    if not last or naming.is_index(last):
-        site = child.call.call_site
-        callee = naming.expression_name(site.text if site else None)
-        last = (callee or "call").split("_")[0] if not last else (callee or last)
-        if site and site.text:
-            match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(", site.text)
-            if match:
-                last = match.group(1)
-    return f"new_{last}_state"
-
-
-def _cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | None:
-    """`keys` for a value the entry returns inside a cache (`['past_key_values']['layers'][0]['keys']`):
-    its path's last key, where the path goes through a key naming a cache; else None."""
-    for path, out in outputs:
-        if resolve(out) is not v and out is not v:
-            continue
-        keys = re.findall(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]", path)
-        if len(keys) > 1 and any("cache" in k or k.startswith("past") for k in keys[:-1]):
-            return str(keys[-1])
-    return None

@@ -74,8 +74,9 @@ def _split(
     value = copy.deepcopy(statement.value)
     own = {re.sub(r"_\d+$", "", t) for t in statement.targets}
     for parent, field, index, part, fold, name in _parts(value):
-        if name in own:
-            continue  # `act_fn_1 = act_fn(...)` before `act_fn = act_fn_1 * ...` would mislead
+        if name in own or (function.scope.outer is not None and function.scope.outer.taken(name)):
+            continue  # `act_fn_1 = act_fn(...)` before `act_fn = act_fn_1 * ...` would mislead; a def's name
+            # would be `feed_forward_out`
         hole = named(name)
         put(parent, field, index, hole)
         rest = _with_value(statement, value, statement.eqns)

@@ -89,12 +89,12 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     _check_class_names(tree, program)
     if style.layers:
         find_layers(tree)
-    writer = Writer(tree, style)
     classes = tree.classes()
     if style.bottom_up:  # field annotations name the children's classes: those come first
         classes = _bottom_up(classes)
     methods = {f.name for k in classes for f in k.methods}
     plain = [f.node() for f in program.functions + program.helpers if f.name not in methods]
+    writer = Writer(tree, style, _MODULE_NAMES | {d.name for d in plain} | {n for n, _ in program.constants})
     blocks = [_class(klass, style, writer, tree) for klass in classes]
     blocks += ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in plain]
     constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]

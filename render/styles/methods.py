@@ -55,6 +55,19 @@ def _is_none(attribute: str, op: ast.cmpop) -> ast.expr:
     return ast.Compare(ast.Attribute(named("self"), attribute, ast.Load()), [op], [ast.Constant(None)])
 
 
+def _unclashed(tree: ast.FunctionDef, function: Function, module_names: frozenset[str]) -> ast.FunctionDef:
+    """`tree` with the names the functional export suffixed only not to hide a def given back where
+    that def is a method here (`feed_forward_out` -> `feed_forward`, called as `self.feed_forward`)."""
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for a in ast.walk(tree)
+                                                                         if isinstance(a, ast.arg)}
+    renames = {name: base for name, base in function.scope.clashed.items()
+               if name in bound and base not in bound and base not in module_names}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in renames:
+            node.id = renames[node.id]
+    return tree
+
+
 def _appended(value: ast.expr | None) -> bool:
     """Whether `value` is a `name.append(...)` call."""
     return (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
@@ -64,9 +77,12 @@ def _appended(value: ast.expr | None) -> bool:
 class Writer:
     """Writes the methods of one class from its defs, for one framework."""
 
-    def __init__(self, tree: Tree, framework: Framework) -> None:
+    def __init__(self, tree: Tree, framework: Framework, module_names: frozenset[str] = frozenset()
+                 ) -> None:
         self.tree = tree
         self.framework = framework
+        self.module_names = module_names
+        """What the module binds but its classes' methods: a local given back its name must not hide it."""
         self.defs = {f.name: f for f in tree.program.functions}
         self.config = tree.config_name
         self._current: Function = tree.program.entry
@@ -99,6 +115,7 @@ class Writer:
         params = ["self", *function.params[skip:], *(["state"] if self._takes_state(function) else [])]
         tree = Function(self.method_name(function), function.calls, params, body + updates, returns,
                         function.scope, doc=function.doc).node()
+        tree = _unclashed(tree, function, self.module_names | {k.name for k in self.tree.classes()})
         gone = {"params"} | scope.state_names | (set() if self.framework.threads_state else {"state"})
         left = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in gone})
         if left:  # a use of the functional defs' trees this writer does not know

@@ -19,9 +19,9 @@ class MLP(nn.Module):
         # h = jax.nn.gelu(x @ params["fc1"]["weight"].T + params["fc1"]["bias"], approximate=False)
         h = self.norm(h + F.relu(self.fc2(h)))
         # relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
-        # h = h + relu
-        # h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
-        #     jnp.var(h, axis=1, keepdims=True, ddof=0) + config.eps
+        # h_plus_relu = h + relu
+        # h = (h_plus_relu - jnp.mean(h_plus_relu, axis=1, keepdims=True)) * lax.rsqrt(
+        #     jnp.var(h_plus_relu, axis=1, keepdims=True, ddof=0) + config.eps
         # ) * params["norm"]["weight"] + params["norm"]["bias"]
         return self.head(h)  # return h @ params["head"]["weight"].T + params["head"]["bias"]
 

@@ -16,8 +16,9 @@ class Expert(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # jax: def expert_forward(params, x)  ×4
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        # silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)  ×4
-        # return silu @ params["w2"]["weight"].T
+        # silu = jax.nn.silu(x @ params["w1"]["weight"].T)  ×4
+        # silu_times_w3 = silu * (x @ params["w3"]["weight"].T)
+        # return silu_times_w3 @ params["w2"]["weight"].T
 
 
 class MoE(nn.Module):

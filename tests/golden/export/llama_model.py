@@ -99,8 +99,7 @@ def transformer_block_forward(params, state, x, input_pos, freqs_cis, mask, *, c
     )
     h = x + attention
     ffn_norm_h = rms_norm_forward(params["ffn_norm"], h, config=config)
-    feed_forward_out = feed_forward(params["feed_forward"], ffn_norm_h)
-    out = h + feed_forward_out
+    out = h + feed_forward(params["feed_forward"], ffn_norm_h)
     return out, {"attention": new_attention_state}
 
 
@@ -181,8 +180,9 @@ def feed_forward(params, x):
 
     Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.
     """
-    silu = jax.nn.silu(x @ params["w1"]["weight"].T) * (x @ params["w3"]["weight"].T)
-    return silu @ params["w2"]["weight"].T
+    silu = jax.nn.silu(x @ params["w1"]["weight"].T)
+    silu_times_w3 = silu * (x @ params["w3"]["weight"].T)
+    return silu_times_w3 @ params["w2"]["weight"].T
 
 
 def load_params(model):

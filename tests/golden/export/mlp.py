@@ -46,9 +46,9 @@ def forward(params, x, *, config=Config()):
         x @ params["fc1"]["weight"].T + params["fc1"]["bias"], approximate=False
     )
     relu = jax.nn.relu(h @ params["fc2"]["weight"].T + params["fc2"]["bias"])
-    h = h + relu
-    h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
-        jnp.var(h, axis=1, keepdims=True, ddof=0) + config.eps
+    h_plus_relu = h + relu
+    h = (h_plus_relu - jnp.mean(h_plus_relu, axis=1, keepdims=True)) * lax.rsqrt(
+        jnp.var(h_plus_relu, axis=1, keepdims=True, ddof=0) + config.eps
     ) * params["norm"]["weight"] + params["norm"]["bias"]
     return h @ params["head"]["weight"].T + params["head"]["bias"]
 

@@ -16,6 +16,6 @@ import jax.numpy as jnp
 def grad_fn(x):
     """`grad_fn`, jax_programs.py."""
     exp_x = jnp.exp(x)
-    grad_exp_x = 1.0 / (1.0 + exp_x)
-    grad_x = grad_exp_x * exp_x
+    grad_exp_plus_1 = 1.0 / (1.0 + exp_x)
+    grad_x = grad_exp_plus_1 * exp_x
     return grad_x

@@ -165,8 +165,9 @@ class FeedForward(eqx.Module):
 
         Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.
         """
-        silu = jax.nn.silu(x @ self.w1.weight.T) * (x @ self.w3.weight.T)
-        return silu @ self.w2.weight.T
+        silu = jax.nn.silu(x @ self.w1.weight.T)
+        silu_times_w3 = silu * (x @ self.w3.weight.T)
+        return silu_times_w3 @ self.w2.weight.T
 
 
 class TransformerBlock(eqx.Module):
@@ -187,8 +188,7 @@ class TransformerBlock(eqx.Module):
         )
         h = x + attention
         ffn_norm_h = self.ffn_norm(h)
-        feed_forward_out = self.feed_forward(ffn_norm_h)
-        out = h + feed_forward_out
+        out = h + self.feed_forward(ffn_norm_h)
         return out, state
 
 

@@ -94,8 +94,7 @@ class TransformerBlock(nnx.Module):
         attention = self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)
         h = x + attention
         ffn_norm_h = self.ffn_norm(h)
-        feed_forward_out = self.feed_forward(ffn_norm_h)
-        out = h + feed_forward_out
+        out = h + self.feed_forward(ffn_norm_h)
         return out
 
 
@@ -204,8 +203,9 @@ class FeedForward(nnx.Module):
 
         Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.
         """
-        silu = jax.nn.silu(self.w1(x)) * self.w3(x)
-        return self.w2(silu)
+        silu = jax.nn.silu(self.w1(x))
+        silu_times_w3 = silu * self.w3(x)
+        return self.w2(silu_times_w3)
 
 
 def apply_rotary_emb(x, freqs_cis):

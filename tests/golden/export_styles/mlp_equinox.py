@@ -65,9 +65,9 @@ class MLP(eqx.Module):
         """`MLP.forward`, mlp.py:16."""
         h = jax.nn.gelu(x @ self.fc1.weight.T + self.fc1.bias, approximate=False)
         relu = jax.nn.relu(h @ self.fc2.weight.T + self.fc2.bias)
-        h = h + relu
-        h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
-            jnp.var(h, axis=1, keepdims=True, ddof=0) + self.config.eps
+        h_plus_relu = h + relu
+        h = (h_plus_relu - jnp.mean(h_plus_relu, axis=1, keepdims=True)) * lax.rsqrt(
+            jnp.var(h_plus_relu, axis=1, keepdims=True, ddof=0) + self.config.eps
         ) * self.norm.weight + self.norm.bias
         return h @ self.head.weight.T + self.head.bias
 

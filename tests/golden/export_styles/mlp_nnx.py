@@ -53,9 +53,9 @@ class MLP(nnx.Module):
         """`MLP.forward`, mlp.py:16."""
         h = jax.nn.gelu(self.fc1(x), approximate=False)
         relu = jax.nn.relu(self.fc2(h))
-        h = h + relu
-        h = (h - jnp.mean(h, axis=1, keepdims=True)) * lax.rsqrt(
-            jnp.var(h, axis=1, keepdims=True, ddof=0) + self.config.eps
+        h_plus_relu = h + relu
+        h = (h_plus_relu - jnp.mean(h_plus_relu, axis=1, keepdims=True)) * lax.rsqrt(
+            jnp.var(h_plus_relu, axis=1, keepdims=True, ddof=0) + self.config.eps
         ) * self.norm.weight[...] + self.norm.bias[...]
         return self.head(h)
 

@@ -1,0 +1,65 @@
+"""Names of the values a call of user code hands back, where torch names them elsewhere: a cache entry
+the entry returns (`keys`, `values`, as its path says), a cast torch's type promotion made inside an
+expression (named for the operand it casts), the items of a tuple the callee returns by name, and the
+new state of a child call (`new_kv_cache_state`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from jaxside.render import names as naming
+from jaxside.render.ir import Function, fold_of
+from jaxside.render.lower.calltree import Node
+from jaxside.render.lower.paths import relative
+from jaxside.tracing.trace import Site
+
+
+def returned_names(function: Function | None, count: int) -> list[str | None]:
+    """The names a callee returns a tuple of (`return cos, sin`), one per item, None where an
+    item is no plain name; all None for a callee that returns one value."""
+    if function is None or count <= 1:
+        return [None] * count
+    returns = function.returns
+    if returns is not None and (function.calling.state_out or function.calling.out_slots):
+        returns = returns.elts[0] if isinstance(returns, ast.Tuple) else None  # then its state, extras
+    if not isinstance(returns, ast.Tuple) or len(returns.elts) != count:
+        return [None] * count
+    return [re.sub(r"_\d+$", "", e.id) if isinstance(e, ast.Name) else None for e in returns.elts]
+
+
+def cast_name(operand: ast.expr | None, site: Site | None) -> str | None:
+    """The name of a cast's operand where the operand is a torch sub-expression of its own (a
+    promotion inside `site`): the cast is that value at another dtype, not `site`'s result."""
+    record = fold_of(operand) if operand is not None else None
+    inner = record.site if record is not None else None
+    if inner is None or inner == site or not inner.text:
+        return None
+    return record.name if record is not None and record.name else naming.expression_name(inner.text)
+
+
+def state_base(child: Node, node: Node) -> str:
+    below = relative(child.anchor or "", node.anchor or "") if child.anchor != node.anchor else ""
+    last = below.split(".")[-1] if below else ""
+    if not last or naming.is_index(last):
+        site = child.call.call_site
+        callee = naming.expression_name(site.text if site else None)
+        last = (callee or "call").split("_")[0] if not last else (callee or last)
+        if site and site.text:
+            match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(", site.text)
+            if match:
+                last = match.group(1)
+    return f"new_{last}_state"
+
+
+def cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | None:
+    """`keys` for a value the entry returns inside a cache (`['past_key_values']['layers'][0]['keys']`):
+    its path's last key, where the path goes through a key naming a cache; else None."""
+    for path, out in outputs:
+        if resolve(out) is not v and out is not v:
+            continue
+        keys = re.findall(r"\['([A-Za-z_][A-Za-z0-9_]*)'\]", path)
+        if len(keys) > 1 and any("cache" in k or k.startswith("past") for k in keys[:-1]):
+            return str(keys[-1])
+    return None
