@@ -136,15 +136,19 @@ def _name_of(node: ast.expr) -> str | None:
 def list_base(
     later: list[Statement], returns: ast.expr | None, collected: Collected, element: str, site: Site | None
 ) -> str:
-    """The name of a list a loop fills: torch's (`outputs` in `torch.stack(outputs, dim=1)`),
-    the key it sits under (`layers` of `{"layers": [...]}`), the cache the calls filled (for a
-    def's returned run: `past_key_values` passed to each layer), else the element's (`outs`)."""
+    """The name of a list a loop fills: torch's (`outputs` in `torch.stack(outputs, dim=1)`), the
+    element's (`outs`), the key a list of containers sits under (`layers` of `{"layers": [...]}`),
+    for a def's returned run the cache its calls filled (`past_key_values`, passed to each layer),
+    else the loop element's."""
     if collected.span is not None:
         return cache_argument(site) or f"{element}_outputs"
     for node in collected.nodes:
         torch_name = _torch_argument(later, node)
         if torch_name:
             return torch_name
+    template = collected.template
+    if isinstance(template, ast.Name):
+        return template.id + "s"
     roots = [s.value for s in later] + ([returns] if returns is not None else [])
     holder = ast.Module([ast.Expr(r) for r in roots], [])
     for parent, attr, index, node in positions(holder):
@@ -152,8 +156,7 @@ def list_base(
             key = parent.keys[index] if index is not None else None
             if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier():
                 return key.value
-    template = collected.template
-    return (template.id if isinstance(template, ast.Name) else element) + "s"
+    return element + "s"
 
 
 def _torch_argument(later: list[Statement], node: ast.expr) -> str | None:
