@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jaxside.render.ir import Function, Loop, Statement, named
@@ -57,23 +58,26 @@ def unique_names(defined: list[list[str]]) -> list[dict[str, int]]:
     return [{name: m for m, name in enumerate(names) if counts[name] == 1} for names in defined]
 
 
-def element_template(elements: list[ast.expr], groups: list[dict[str, int]]) -> Collected | None:
-    """The one form `elements` share, element j a container of segment j's names where element 0
-    has segment 0's at the same positions; None if they do not, or read anything else."""
+def element_template(
+    elements: list[ast.expr], groups: list[dict[str, int]], free: Callable[[str], bool]
+) -> Collected | None:
+    """The one form `elements` share, element j reading segment j's names where element 0 reads
+    segment 0's; None if they do not. Each element is a container of its names (a dict, tuple,
+    list) but for `free` names' (`jnp.int32(4096)`), which read the same in every element."""
     everyone = {name for group in groups for name in group}
     forms, read = [], []
     for element, group in zip(elements, groups, strict=True):
         shape = copy.deepcopy(element)
         used: list[int] = []
         for node in ast.walk(shape):
-            if not isinstance(node, _CONTAINERS):
-                return None
+            if isinstance(node, ast.Name) and node.id not in everyone and free(node.id):
+                continue
             if isinstance(node, ast.Name):
-                if node.id not in group or node.id not in everyone:
+                if node.id not in group:
                     return None
                 used.append(group[node.id])
                 node.id = f"_{group[node.id]}"
-        if not used:
+        if not used or not all(_container(node, everyone) for node in ast.walk(element)):
             return None
         forms.append(ast.dump(shape))
         read.append(used)
@@ -82,9 +86,19 @@ def element_template(elements: list[ast.expr], groups: list[dict[str, int]]) -> 
     return Collected(copy.deepcopy(elements[0]), sorted(set(read[0])), list(elements), list(elements))
 
 
-def collected_lists(later: ast.Module, defined: list[list[str]]) -> list[Collected]:
+def _container(node: ast.AST, names: set[str]) -> bool:
+    """Whether `node` of an element only holds what it holds (no call or operation reads it)."""
+    if isinstance(node, _CONTAINERS):
+        return True
+    return not any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def collected_lists(
+    later: ast.Module, defined: list[list[str]], free: Callable[[str], bool]
+) -> list[Collected]:
     """The lists of the code after the run with one element per segment, each segment's own
-    (`[out, out_1]`, `[{"keys": keys}, {"keys": keys_1}]`); equal ones share one `Collected`."""
+    (`[out, out_1]`, `[{"keys": keys}, {"keys": keys_1}]`); equal ones share one `Collected`.
+    An element may read `free` names besides (defined before the run: the loop reads them)."""
     groups = unique_names(defined)
     found: dict[str, Collected] = {}
     inside: set[int] = set()
@@ -93,7 +107,7 @@ def collected_lists(later: ast.Module, defined: list[list[str]]) -> list[Collect
             continue
         if len(node.elts) != len(defined) or not isinstance(node.ctx, ast.Load):
             continue
-        collected = element_template(node.elts, groups)
+        collected = element_template(node.elts, groups, free)
         if collected is None:
             continue
         inside.update(id(n) for n in ast.walk(node))
@@ -122,7 +136,7 @@ def returned_span(returns: ast.expr, first: int, defined: list[list[str]]) -> Co
         return None
     items = [elts[start + j * size : start + (j + 1) * size] for j in range(len(defined))]
     elements = [e[0] if size == 1 else ast.Tuple(list(e), ast.Load()) for e in items]
-    collected = element_template(elements, groups)
+    collected = element_template(elements, groups, lambda name: False)
     if collected is None:
         return None
     collected.elements, collected.span = elts[start:end], (start, end)
@@ -274,7 +288,7 @@ def _read_as_list(
     for node in ast.walk(holder):
         if id(node) in inside or not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) != len(names):
             continue
-        collected = element_template(node.elts, groups)
+        collected = element_template(node.elts, groups, lambda name: True)  # read where it was
         if collected is not None:
             found.append((node, collected.template))
             inside.update(id(n) for n in ast.walk(node))

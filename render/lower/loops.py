@@ -462,7 +462,9 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt], first_extra: 
         return None
     # After the run: only the last segment's values by name, earlier ones only through lists.
     later = ast.Module(after, [])
-    collected = collected_lists(later, defined)
+    bound = {n.id for n in ast.walk(later) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound.update(name for names in defined for name in names)
+    collected = collected_lists(later, defined, lambda name: name not in bound)  # read before the run
     last = after[-1] if after else None
     if first_extra is not None and isinstance(last, ast.Return) and last.value is not None:
         if not any(node is last.value for c in collected for node in c.nodes):
