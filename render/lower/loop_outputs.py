@@ -165,8 +165,8 @@ def list_base(
         return template.id + "s"
     roots = [s.value for s in later] + ([returns] if returns is not None else [])
     holder = ast.Module([ast.Expr(r) for r in roots], [])
-    for parent, attr, index, node in positions(holder):
-        if any(node is n for n in collected.nodes) and isinstance(parent, ast.Dict) and attr == "values":
+    for parent, attr, index, child in positions(holder):
+        if any(child is n for n in collected.nodes) and isinstance(parent, ast.Dict) and attr == "values":
             key = parent.keys[index] if index is not None else None
             if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier():
                 return key.value
@@ -214,7 +214,7 @@ def append(name: str, element: ast.expr, site: Site | None) -> Statement:
     return Statement([], call, [], site)
 
 
-def replaced(parent: ast.AST, attr: str, index: int | None, node: ast.expr, name: str) -> None:
+def replaced(parent: ast.AST, attr: str, index: int | None, node: ast.AST, name: str) -> None:
     """The list `node` read as the list `name` (`tuple(name)` where it was a tuple, but for a
     call's argument, which any sequence does)."""
     replacement: ast.expr = named(name)

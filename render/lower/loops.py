@@ -302,9 +302,9 @@ def _loop_body(
             if k not in appended and all(defined_at.get(m, here + 1) <= here for m in collected.positions):
                 appended.add(k)
                 element = copy.deepcopy(collected.template)
-                for node in ast.walk(element):
-                    if isinstance(node, ast.Name):
-                        node.id = renames.get(node.id, node.id)
+                for read in ast.walk(element):
+                    if isinstance(read, ast.Name):
+                        read.id = renames.get(read.id, read.id)
                 loop_body.append(append(name, element, statement.site))
     return loop_body
 
