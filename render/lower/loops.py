@@ -28,10 +28,21 @@ from jaxside.render.lower.loop_headers import (
     list_name,
     range_header,
 )
+from jaxside.render.lower.loop_inputs import (
+    Inputs,
+    call_statements,
+    input_lengths,
+    layout,
+    pass_as_list,
+    read_outside,
+    take_as_list,
+    zipped,
+)
 from jaxside.render.lower.loop_outputs import (
     Collected,
     adapt_callers,
     append,
+    cache_argument,
     collected_lists,
     list_base,
     plain_callers,
@@ -56,6 +67,8 @@ class Pattern:
     collected: list[Collected]
     """What the code after the run reads of every segment, as one list each (`torch.stack(outputs)`,
     a def's returned run of per-layer cache entries): the lists the loop fills."""
+    inputs: Inputs | None = None
+    """Parameters of the def each segment reads its own of (a cache passed in): one list zipped in."""
 
 
 @dataclass
@@ -91,8 +104,9 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
     body = function.body
     done = 0
     first_extra = _first_extra(function, functions)
+    params = function.params if function is not functions[0] and call_statements(functions, function) else []
     while True:
-        plan = _find_run(body, done, function.returns, defs, first_extra)
+        plan = _find_run(body, done, function.returns, defs, first_extra, params)
         if plan is None:
             break
         old_returns = function.returns
@@ -103,6 +117,9 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
             if collected.span is not None and isinstance(old_returns, ast.Tuple):
                 adapt_callers(functions, function, collected.span, plan.count, name)
                 first_extra = None  # the returned items are no longer the callers' flat run
+        if plan.pattern.inputs is not None:
+            lengths = input_lengths(functions[0], [i.name for i in ctx.trace.inputs if i.kind == "arg"])
+            pass_as_list(functions, function, plan.pattern.inputs, functions[0], lengths)
     for statement in body:
         reroll_lists(ctx, function, statement)
     function.body = body
@@ -135,7 +152,8 @@ def _first_extra(function: Function, functions: list[Function]) -> int | None:
 
 
 def _find_run(
-    body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str], first_extra: int | None
+    body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str], first_extra: int | None,
+    params: list[str],
 ) -> Plan | None:
     anchors: dict[str, list[int]] = {}
     for index in range(done, len(body)):
@@ -158,7 +176,10 @@ def _find_run(
             after = [s.node() for s in body[start + len(calls) * length :]]
             if returns is not None:
                 after.append(ast.Return(returns))
-            pattern = _match(segments, after, first_extra if returns is not None else None)
+            pattern = _match(segments, after, first_extra if returns is not None else None, params)
+            if pattern is not None and pattern.inputs is not None:
+                if read_outside(pattern.inputs, [s.node() for s in body[:start]]):
+                    continue
             if pattern is not None:
                 return Plan(start, len(calls), length, offset, pattern)
     return None
@@ -180,10 +201,15 @@ def _make_loop(
     anchor = segments[0][plan.anchor]
     module = ast.Module([copy.deepcopy(s.node()) for s in segments[0]], [])
     header_target, iterable = _header(ctx, function, plan, anchor, module)
+    element = _element_name(header_target)
+    inputs = plan.pattern.inputs
+    if inputs is not None:
+        name = function.scope.fresh(cache_argument(anchor.site) or f"{element}_inputs", "argument")
+        header_target, iterable = zipped(header_target, iterable, inputs, name)
+        take_as_list(function, inputs, name)
     canon, aliases = _carried(function.scope, plan.pattern, anchor)
     renames = _rename(module, plan.pattern, canon)
     later = body[plan.end :]
-    element = _element_name(header_target)
     plan.names = [
         function.scope.fresh(list_base(later, function.returns, c, element, anchor.site), "local")
         for c in plan.pattern.collected
@@ -373,16 +399,19 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
     return ast.dump(module), uses, ints, defined
 
 
-def _match(segments: list[list[Statement]], after: list[ast.stmt], first_extra: int | None) -> Pattern | None:
+def _match(
+    segments: list[list[Statement]], after: list[ast.stmt], first_extra: int | None, params: list[str]
+) -> Pattern | None:
     """How the segments are one loop body: carried names, integer progressions, the lists the
     code after them reads (`after` ends in the def's return; from `first_extra` on, its items may
-    be a run of every segment's values)."""
+    be a run of every segment's values), the `params` each segment reads its own of."""
     forms = [_form(s) for s in segments]
     skeleton, _, ints0, _ = forms[0]
     if any(f[0] != skeleton or len(f[1]) != len(forms[0][1]) or len(f[2]) != len(ints0) for f in forms):
         return None
     defined = [f[3] for f in forms]
     carries: dict[int, str] = {}
+    varying: dict[str, list[str]] = {}
     for j in range(1, len(forms)):
         previous = {name: m for m, name in enumerate(defined[j - 1])}
         for k, (use, use0) in enumerate(zip(forms[j][1], forms[0][1])):
@@ -394,7 +423,15 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt], first_extra: 
                 if j > 1 and forms[1][1][k] != ("ext", defined[0][m]):
                     return None
             elif use != use0:
-                return None
+                if not (kind == "ext" and use0[0] == "ext" and value in params and use0[1] in params):
+                    return None
+                names = varying.setdefault(use0[1], [use0[1]] + [""] * (len(forms) - 1))
+                if names[j] not in ("", value):
+                    return None
+                names[j] = value
+    inputs = layout(varying, params)
+    if varying and (inputs is None or not _own_inputs(forms, inputs)):
+        return None
     progressions = even_steps([f[2] for f in forms])
     if progressions is None:
         return None
@@ -419,4 +456,15 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt], first_extra: 
             return None
     if any(isinstance(n, ast.Name) and n.id in init_uses for n in ast.walk(later)):
         return None
-    return Pattern(defined, carries, progressions, collected)
+    if inputs is not None and read_outside(inputs, after):
+        return None
+    return Pattern(defined, carries, progressions, collected, inputs)
+
+
+def _own_inputs(forms: list[tuple[str, list[tuple[str, str]], list[int], list[str]]], inputs: Inputs) -> bool:
+    """Whether each segment reads of the inputs only its own (segment 1 never reads `keys`)."""
+    slot_of = {name: (i, j) for i, names in enumerate(inputs.slots) for j, name in enumerate(names)}
+    return all(
+        slot_of[value][1] == j
+        for j, form in enumerate(forms) for kind, value in form[1] if kind == "ext" and value in slot_of
+    )
