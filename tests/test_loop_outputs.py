@@ -99,3 +99,21 @@ def test_the_cache_loop_in_class_styles(style):
     assert "for decoder_layer in self.layers:" in text and "past_key_values.append(" in text, text
     report = check_export(load_module(text), program, Entry(model, (ids,), {}), run=runner(style))
     assert report.ok and "['past_key_values']['layers'][1]['keys']" in report.table(), report.table()
+
+
+def test_a_cache_passed_in_is_zipped_into_the_layer_loop():
+    """A decode step given the prompt's `DynamicCache`: each layer's entries come in as one list the
+    loop zips with the layers, and the caller passes it from the cache's own structure."""
+    model = decoder("llama")
+    with torch.no_grad():
+        cache = model(torch.randint(0, 32, (1, 6))).past_key_values
+    args = (torch.randint(0, 32, (1, 1)), None, None, cache)
+    program = lower(Capture()(model, *args))
+    text = render_program(program, source="test")
+    loops, layer = layer_calls(program)
+    assert len(loops) == 1 and text.count(f"{layer}(") == 2, text
+    header = r"for decoder_layer, \(\w+, \w+\) in zip\(params\[\"layers\"\], past_key_values\)"
+    assert re.search(header, text), text
+    assert '[(layer["keys"], layer["values"]) for layer in past_key_values["layers"]]' in text, text
+    report = check_export(load_module(text), program, Entry(model, args, {}))
+    assert report.ok and "['past_key_values']['layers'][1]['values']" in report.table(), report.table()
