@@ -14,7 +14,9 @@ from __future__ import annotations
 import ast
 import copy
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from jaxside.render.ir import Function, Loop, named
 from jaxside.render.lower.loop_headers import Places, counting_ints, even_steps, indexed_list
@@ -49,7 +51,7 @@ def layout(varying: dict[str, list[str]], params: list[str]) -> Inputs | None:
     return Inputs(start, slots)
 
 
-def read_outside(inputs: Inputs, statements: list[ast.AST]) -> bool:
+def read_outside(inputs: Inputs, statements: Sequence[ast.AST]) -> bool:
     """Whether any of `statements` (the code outside the run) reads one of the inputs."""
     names = {name for names in inputs.slots for name in names}
     return any(
@@ -113,7 +115,7 @@ def _comprehension(items: list[ast.expr], lengths: dict[str, int]) -> ast.expr |
     for item in items:
         shape = copy.deepcopy(item)
         found = counting_ints(shape)
-        ints.append([int(n.value) for n in found])
+        ints.append([cast(int, n.value) for n in found])  # `counting_ints` holds ints only
         for n in found:
             n.value = 0
         forms.append(ast.dump(shape))
