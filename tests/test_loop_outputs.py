@@ -51,9 +51,9 @@ def exported(kind: str, entry: str = "lm") -> tuple[torch.nn.Module, torch.Tenso
     return model, ids, program, render_program(program, source="test")
 
 
-def layer_calls(program: Any) -> tuple[list[Loop], str]:
+def layer_calls(program: Any, layers: int = LAYERS) -> tuple[list[Loop], str]:
     """The loops over the decoder layers, and the layer def's name."""
-    layer = next(f for f in program.functions if len(f.calls) == LAYERS and "Layer" in f.calls[0].function
+    layer = next(f for f in program.functions if len(f.calls) == layers and "Layer" in f.calls[0].function
                  or f.calls[0].function == "GPT2Block.forward")
     def calls_layer(loop: Loop) -> bool:
         calls = [n for n in ast.walk(loop.node()) if isinstance(n, ast.Call)]
@@ -117,3 +117,61 @@ def test_a_cache_passed_in_is_zipped_into_the_layer_loop():
     assert '[(layer["keys"], layer["values"]) for layer in past_key_values["layers"]]' in text, text
     report = check_export(load_module(text), program, Entry(model, args, {}))
     assert report.ok and "['past_key_values']['layers'][1]['values']" in report.table(), report.table()
+
+
+class Entries:
+    """A cache of the user's own, filled layer by layer as `DynamicCache` is."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+
+
+class Layer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, cache: Entries) -> torch.Tensor:
+        k = self.proj(x)
+        cache.keys.append(k)
+        return x + torch.tanh(k)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Layer() for _ in range(3))
+
+    def forward(self, x: torch.Tensor, cache: Entries) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, cache)
+        return x
+
+
+class Top(torch.nn.Module):
+    def __init__(self, doubled: bool) -> None:
+        super().__init__()
+        self.stack, self.doubled = Stack(), doubled
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        cache = Entries()
+        h = self.stack(x, cache)
+        return h, [k * 2 for k in cache.keys] if self.doubled else cache.keys
+
+
+@pytest.mark.parametrize("doubled", [False, True])
+def test_a_caller_reads_the_collected_entries_as_a_list_or_unpacks_them(doubled):
+    """The stack's loop collects each layer's entry; the caller returns the list itself, or, where
+    it computes with each entry, unpacks the list again. Both exact."""
+    torch.manual_seed(0)
+    model, x = Top(doubled).eval(), torch.randn(2, 8)
+    program = lower(Capture()(model, x))
+    text = render_program(program, source="test")
+    loops, _ = layer_calls(program, 3)
+    assert len(loops) == 1 and text.count("layer_forward(") == 2 and "cache.append(k)" in text, text
+    if doubled:
+        assert re.search(r"h, \[k, k_1, k_2\] = stack_forward", text), text
+    else:
+        assert "h, cache = stack_forward(params[\"stack\"], x)\n    return h, cache\n" in text, text
+    report = check_export(load_module(text), program, Entry(model, (x,), {}))
+    assert report.ok and "[1][2]" in report.table(), report.table()
