@@ -1,9 +1,11 @@
-"""Rolling repeated calls back into the loops the torch code had: `for layer in layers` and
-`[expert(x) for expert in experts]`.
+"""Rolling repeated calls back into the loops the torch code had: `for layer in layers` (and,
+through `comprehensions`, `[expert(x) for expert in experts]`).
 
-A run of statements that are identical up to the names they bind and integers that step
-evenly (`params["layers"][0]`, `[1]`, ...) is the unrolled trace of one loop; writing the loop
-again runs the same operations in the same order, so nothing changes but the length.
+A run of statements that are identical up to the names they bind, integers that step evenly
+(`params["layers"][0]`, `[1]`, ...) and the def's arguments each reads its own of (a cache passed
+in: `loop_inputs`) is the unrolled trace of one loop; writing the loop again runs the same
+operations in the same order, so nothing changes but the length. What the code after the run reads
+of every iteration the loop collects into lists (`loop_outputs`).
 """
 
 from __future__ import annotations
@@ -104,11 +106,14 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
     body = function.body
     done = 0
     first_extra = _first_extra(function, functions)
-    params = function.params if function is not functions[0] and call_statements(functions, function) else []
+    params = function.params if function is not functions[0] else []  # the entry's are the user's
     while True:
         plan = _find_run(body, done, function.returns, defs, first_extra, params)
         if plan is None:
             break
+        if plan.pattern.inputs is not None and not call_statements(functions, function):
+            params = []  # a call the list cannot be passed to: no loop takes the inputs
+            continue
         old_returns = function.returns
         loop, before = _make_loop(ctx, function, body, plan)
         body[plan.start : plan.end] = [*before, loop]
