@@ -1,20 +1,23 @@
-"""Rolling repeated calls back into the loops the torch code had: `for layer in layers` and
-`[expert(x) for expert in experts]`.
+"""Rolling repeated calls back into the loops the torch code had: `for layer in layers` (and,
+through `comprehensions`, `[expert(x) for expert in experts]`).
 
-A run of statements that are identical up to the names they bind and integers that step
-evenly (`params["layers"][0]`, `[1]`, ...) is the unrolled trace of one loop; writing the loop
-again runs the same operations in the same order, so nothing changes but the length.
+A run of statements that are identical up to the names they bind, integers that step evenly
+(`params["layers"][0]`, `[1]`, ...) and the def's arguments each reads its own of (a cache passed
+in: `loop_inputs`) is the unrolled trace of one loop; writing the loop again runs the same
+operations in the same order, so nothing changes but the length. What the code after the run reads
+of every iteration the loop collects into lists (`loop_outputs`).
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, Loop, Statement, named
+from jaxside.render.lower.comprehensions import reroll_lists
 from jaxside.render.lower.context import Context
 from jaxside.render.lower.loop_headers import (
     Places,
@@ -27,9 +30,29 @@ from jaxside.render.lower.loop_headers import (
     list_name,
     range_header,
 )
+from jaxside.render.lower.loop_inputs import (
+    Inputs,
+    call_statements,
+    input_lengths,
+    layout,
+    pass_as_list,
+    read_outside,
+    take_as_list,
+    zipped,
+)
+from jaxside.render.lower.loop_outputs import (
+    Collected,
+    adapt_callers,
+    append,
+    cache_argument,
+    collected_lists,
+    list_base,
+    plain_callers,
+    replaced,
+    returned_span,
+)
 from jaxside.render.lower.places import positions, put
 from jaxside.render.names import Scope, snake
-from jaxside.tracing.trace import Site
 
 
 @dataclass
@@ -43,9 +66,11 @@ class Pattern:
     reads instead (what the loop starts from)."""
     progressions: list[tuple[int, int]]
     """Each integer of a segment (in `counting_ints` order) as (first value, step)."""
-    collected: dict[int, ast.List | ast.Tuple]
-    """A name each segment binds that the code after the run reads as one list of all of them
-    (`torch.stack(outputs)`), by position: that list."""
+    collected: list[Collected]
+    """What the code after the run reads of every segment, as one list each (`torch.stack(outputs)`,
+    a def's returned run of per-layer cache entries): the lists the loop fills."""
+    inputs: Inputs | None = None
+    """Parameters of the def each segment reads its own of (a cache passed in): one list zipped in."""
 
 
 @dataclass
@@ -58,6 +83,8 @@ class Plan:
     anchor: int
     """The statement of a segment that holds the call the run was found by."""
     pattern: Pattern
+    names: list[str] = field(default_factory=list)
+    """The names of the lists the loop fills (`pattern.collected`'s), once made."""
 
     @property
     def end(self) -> int:
@@ -68,21 +95,38 @@ class Plan:
         return [body[self.start + j * step : self.start + (j + 1) * step] for j in range(self.count)]
 
 
-def reroll(ctx: Context, function: Function, defs: frozenset[str]) -> None:
+def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
     """Roll runs of identical call statements (layer 0..N-1) back into loops, and lists of
     identical calls (`[expert(x) for expert in experts]`) back into comprehensions. A statement
-    that holds a call of one of `defs` inside it (`x = block_forward(...) * gates[0]`) counts."""
+    that holds a call of one of `functions` inside it (`x = block_forward(...) * gates[0]`) counts.
+
+    Run on callees before their callers: a def whose returned run of per-segment values becomes
+    one list changes how its callers (still unrolled then) unpack it."""
+    defs = frozenset(f.name for f in functions)
     body = function.body
     done = 0
+    first_extra = _first_extra(function, functions)
+    params = function.params if function is not functions[0] else []  # the entry's are the user's
     while True:
-        plan = _find_run(body, done, function.returns, defs)
+        plan = _find_run(body, done, function.returns, defs, first_extra, params)
         if plan is None:
             break
+        if plan.pattern.inputs is not None and not call_statements(functions, function):
+            params = []  # a call the list cannot be passed to: no loop takes the inputs
+            continue
+        old_returns = function.returns
         loop, before = _make_loop(ctx, function, body, plan)
         body[plan.start : plan.end] = [*before, loop]
         done = plan.start + len(before) + 1
+        for collected, name in zip(plan.pattern.collected, plan.names):
+            if collected.span is not None and isinstance(old_returns, ast.Tuple):
+                adapt_callers(functions, function, collected.span, plan.count, name)
+                first_extra = None  # the returned items are no longer the callers' flat run
+        if plan.pattern.inputs is not None:
+            lengths = input_lengths(functions[0], [i.name for i in ctx.trace.inputs if i.kind == "arg"])
+            pass_as_list(functions, function, plan.pattern.inputs, functions[0], lengths)
     for statement in body:
-        _reroll_lists(ctx, function, statement)
+        reroll_lists(ctx, function, statement)
     function.body = body
 
 
@@ -102,8 +146,19 @@ def _calls_of(statement: Statement, defs: frozenset[str]) -> str | None:
     return repr((ast.dump(func), where))
 
 
+def _first_extra(function: Function, functions: list[Function]) -> int | None:
+    """Where the values a def hands its callers beside what torch returned (`function.calling.
+    out_slots`) start among its returned items, if every caller unpacks them to names."""
+    slots = function.calling.out_slots
+    returns = function.returns
+    if not slots or not isinstance(returns, ast.Tuple) or not plain_callers(functions, function):
+        return None
+    return len(returns.elts) - len(slots)
+
+
 def _find_run(
-    body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str]
+    body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str], first_extra: int | None,
+    params: list[str],
 ) -> Plan | None:
     anchors: dict[str, list[int]] = {}
     for index in range(done, len(body)):
@@ -126,7 +181,10 @@ def _find_run(
             after = [s.node() for s in body[start + len(calls) * length :]]
             if returns is not None:
                 after.append(ast.Return(returns))
-            pattern = _match(segments, after)
+            pattern = _match(segments, after, first_extra if returns is not None else None, params)
+            if pattern is not None and pattern.inputs is not None:
+                if read_outside(pattern.inputs, [s.node() for s in body[:start]]):
+                    continue
             if pattern is not None:
                 return Plan(start, len(calls), length, offset, pattern)
     return None
@@ -148,18 +206,22 @@ def _make_loop(
     anchor = segments[0][plan.anchor]
     module = ast.Module([copy.deepcopy(s.node()) for s in segments[0]], [])
     header_target, iterable = _header(ctx, function, plan, anchor, module)
+    element = _element_name(header_target)
+    inputs = plan.pattern.inputs
+    if inputs is not None:
+        name = function.scope.fresh(cache_argument(anchor.site) or f"{element}_inputs", "argument")
+        header_target, iterable = zipped(header_target, iterable, inputs, name)
+        take_as_list(function, inputs, name)
     canon, aliases = _carried(function.scope, plan.pattern, anchor)
-    _rename(module, plan.pattern, canon)
+    renames = _rename(module, plan.pattern, canon)
     later = body[plan.end :]
-    collected_names = {
-        m: function.scope.fresh(_collected_base(later, node, canon[m]), "local")
-        for m, node in plan.pattern.collected.items()
-    }
-    loop_body = _loop_body(segments, module, canon, collected_names)
-    before = aliases + [
-        Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in collected_names.values()
+    plan.names = [
+        function.scope.fresh(list_base(later, function.returns, c, element, anchor.site), "local")
+        for c in plan.pattern.collected
     ]
-    _after_loop(function, later, plan.pattern, canon, collected_names)
+    loop_body = _loop_body(segments, module, canon, plan, renames)
+    before = aliases + [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in plan.names]
+    _after_loop(function, later, plan, canon)
     main = loop_body[plan.anchor]
     loop = Loop(
         main.targets,
@@ -229,22 +291,31 @@ def _carried(scope: Scope, pattern: Pattern, anchor: Statement) -> tuple[dict[in
     return canon, aliases
 
 
-def _rename(module: ast.Module, pattern: Pattern, canon: dict[int, str]) -> None:
+def _rename(module: ast.Module, pattern: Pattern, canon: dict[int, str]) -> dict[str, str]:
+    """The loop body's names (segment 0's, carries as the loop names them); the renames."""
     renames = {name: canon[m] for m, name in enumerate(pattern.defined[0])}
     renames.update({pattern.carries[m]: canon[m] for m in pattern.carries})  # the first pass reads the alias
     for node in ast.walk(module):
         if isinstance(node, ast.Name) and node.id in renames:
             node.id = renames[node.id]
+    return renames
+
+
+def _element_name(target: ast.expr) -> str:
+    """The loop's element (`decoder_layer` of `for decoder_layer in params["layers"]`)."""
+    first = target.elts[-1] if isinstance(target, ast.Tuple) else target
+    return first.id if isinstance(first, ast.Name) else "item"
 
 
 def _loop_body(
-    segments: list[list[Statement]], module: ast.Module, canon: dict[int, str],
-    collected_names: dict[int, str],
+    segments: list[list[Statement]], module: ast.Module, canon: dict[int, str], plan: Plan,
+    renames: dict[str, str],
 ) -> list[Statement]:
-    """The loop's statements (with the equations of every segment), each name a list collects
-    appended to it right after it is bound."""
+    """The loop's statements (with the equations of every segment), each element a list collects
+    appended to it right after its names are bound."""
     loop_body: list[Statement] = []
     defined_at: dict[int, int] = {}
+    appended: set[int] = set()
     for q, (statement, node) in enumerate(zip(segments[0], module.body)):
         eqns = sorted({i for seg in segments for i in seg[q].eqns})
         assign = node if isinstance(node, ast.Assign) else None
@@ -257,36 +328,42 @@ def _loop_body(
             for m, c in canon.items():
                 if c == name:
                     defined_at[m] = len(loop_body) - 1
-        for m in sorted(collected_names):
-            if defined_at.get(m) == len(loop_body) - 1:
-                append = ast.Call(
-                    ast.Attribute(named(collected_names[m]), "append", ast.Load()), [named(canon[m])], []
-                )
-                loop_body.append(Statement([], append, [], statement.site))
+        here = len(loop_body) - 1
+        for k, (collected, name) in enumerate(zip(plan.pattern.collected, plan.names)):
+            if k not in appended and all(defined_at.get(m, here + 1) <= here for m in collected.positions):
+                appended.add(k)
+                element = copy.deepcopy(collected.template)
+                for read in ast.walk(element):
+                    if isinstance(read, ast.Name):
+                        read.id = renames.get(read.id, read.id)
+                loop_body.append(append(name, element, statement.site))
     return loop_body
 
 
-def _after_loop(
-    function: Function, later: list[Statement], pattern: Pattern, canon: dict[int, str],
-    collected_names: dict[int, str],
-) -> None:
+def _after_loop(function: Function, later: list[Statement], plan: Plan, canon: dict[int, str]) -> None:
     """After the loop: its last values under the loop's names; earlier ones through the lists."""
+    pattern = plan.pattern
     last = {name: canon[m] for m, name in enumerate(pattern.defined[-1])}
+    for collected, name in zip(pattern.collected, plan.names):
+        if collected.span is not None and isinstance(function.returns, ast.Tuple):
+            start, end = collected.span
+            items = function.returns.elts
+            items[start:end] = [named(name)]
+            function.returns = items[0] if len(items) == 1 else function.returns
     roots: list[ast.expr] = [s.value for s in later] + [s.target for s in later if s.target is not None]
     if function.returns is not None:
         roots.append(function.returns)
     wrapped = [ast.Expr(r) for r in roots]
     holder = ast.Module(list[ast.stmt](wrapped), [])
     for parent, attr, index, node in list(positions(holder)):
-        for m, target in pattern.collected.items():
-            if node is target:
-                replacement: ast.expr = named(collected_names[m])
-                if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
-                    replacement = ast.Call(named("tuple"), [replacement], [])
-                put(parent, attr, index, replacement)
+        for collected, name in zip(pattern.collected, plan.names):
+            if any(node is n for n in collected.nodes):
+                replaced(parent, attr, index, node, name)
     for node in ast.walk(holder):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in last:
             node.id = last[node.id]
+    for statement, root in zip(later, wrapped):
+        statement.value = root.value
     if function.returns is not None:
         function.returns = wrapped[-1].value
 
@@ -302,85 +379,6 @@ def _enumerated(loop: ast.AST | None, lists: list[ast.expr]) -> ast.expr:
         if keys and keys[-1] == attribute:
             return node
     return lists[0]
-
-
-def _collected_base(later: list[Statement], node: ast.expr, element: str) -> str:
-    """The torch name of a list a loop filled (`outputs` in `torch.stack(outputs, dim=1)`)."""
-    for statement in later:
-        for call in ast.walk(statement.value):
-            if isinstance(call, ast.Call) and node in call.args and statement.site and statement.site.text:
-                try:
-                    source = ast.parse(statement.site.text.strip(), mode="eval").body
-                except SyntaxError:
-                    continue
-                position = call.args.index(node)
-                if isinstance(source, ast.Call) and position < len(source.args):
-                    arg = source.args[position]
-                    if isinstance(arg, ast.Name):
-                        return arg.id
-    return element + "s"
-
-
-def _reroll_lists(ctx: Context, function: Function, statement: Statement) -> None:
-    """`[f(p[0], x), f(p[1], x)]` -> `[f(item, x) for item in p]`, inside one statement."""
-    if isinstance(statement, Loop):
-        return
-    wrapped = ast.Expr(statement.value)
-    holder = ast.Module([wrapped], [])
-    for parent, attr, index, node in list(positions(holder)):
-        if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) < 2:
-            continue
-        if not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name) for e in node.elts):
-            continue
-        comprehension = _comprehension(ctx, function, node.elts, statement.site)
-        if comprehension is None:
-            continue
-        if isinstance(node, ast.Tuple) and not (isinstance(parent, ast.Call) and attr == "args"):
-            comprehension = ast.Call(named("tuple"), [comprehension], [])
-        put(parent, attr, index, comprehension)
-    statement.value = wrapped.value
-
-
-def _comprehension(
-    ctx: Context, function: Function, elements: list[ast.expr], site: Site | None
-) -> ast.expr | None:
-    progressions = _element_progressions(elements)
-    if progressions is None:
-        return None
-    element = copy.deepcopy(elements[0])
-    holder = ast.Expr(element)
-    places: Places = {id(node): (parent, attr, index) for parent, attr, index, node in positions(holder)}
-    varying = [(node, v0, step) for node, (v0, step) in zip(counting_ints(holder), progressions) if step]
-    if not varying:
-        return None
-    comprehension = torch_source.within(site, torch_source.COMPREHENSIONS) if site else None
-    torch_index, target = torch_source.loop_names(comprehension)
-    count = len(elements)
-    if all(
-        v0 == 0 and step == 1 and list_length(ctx, function, places, node) == count
-        for node, v0, step in varying
-    ):
-        loop_target, iterable = list_header(function.scope, varying, places, lambda indexed, _: list_name(
-            indexed, target or "item", {}, False))
-    else:
-        loop_target, iterable = range_header(function.scope, varying, places, torch_index or "i", count)
-    return ast.ListComp(holder.value, [ast.comprehension(loop_target, iterable, [], 0)])
-
-
-def _element_progressions(elements: list[ast.expr]) -> list[tuple[int, int]] | None:
-    """Each integer of the elements as (first value, step), if they are one form up to integers
-    that step evenly."""
-    forms = []
-    for element in elements:
-        copy_ = copy.deepcopy(element)
-        ints = counting_ints(ast.Expr(copy_))
-        values = [cast(int, n.value) for n in ints]  # `counting_ints` holds ints only
-        for n in ints:
-            n.value = 0
-        forms.append((ast.dump(copy_), values))
-    if any(f[0] != forms[0][0] or len(f[1]) != len(forms[0][1]) for f in forms):
-        return None
-    return even_steps([f[1] for f in forms])
 
 
 def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list[int], list[str]]:
@@ -406,14 +404,19 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
     return ast.dump(module), uses, ints, defined
 
 
-def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> Pattern | None:
-    """How the segments are one loop body: carried names, integer progressions."""
+def _match(
+    segments: list[list[Statement]], after: list[ast.stmt], first_extra: int | None, params: list[str]
+) -> Pattern | None:
+    """How the segments are one loop body: carried names, integer progressions, the lists the
+    code after them reads (`after` ends in the def's return; from `first_extra` on, its items may
+    be a run of every segment's values), the `params` each segment reads its own of."""
     forms = [_form(s) for s in segments]
     skeleton, _, ints0, _ = forms[0]
     if any(f[0] != skeleton or len(f[1]) != len(forms[0][1]) or len(f[2]) != len(ints0) for f in forms):
         return None
     defined = [f[3] for f in forms]
     carries: dict[int, str] = {}
+    varying: dict[str, list[str]] = {}
     for j in range(1, len(forms)):
         previous = {name: m for m, name in enumerate(defined[j - 1])}
         for k, (use, use0) in enumerate(zip(forms[j][1], forms[0][1])):
@@ -425,24 +428,30 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> Pattern | 
                 if j > 1 and forms[1][1][k] != ("ext", defined[0][m]):
                     return None
             elif use != use0:
-                return None
+                if not (kind == "ext" and use0[0] == "ext" and value in params and use0[1] in params):
+                    return None
+                names = varying.setdefault(use0[1], [use0[1]] + [""] * (len(forms) - 1))
+                if names[j] not in ("", value):
+                    return None
+                names[j] = value
+    inputs = layout(varying, params)
+    if varying and (inputs is None or not _own_inputs(forms, inputs)):
+        return None
     progressions = even_steps([f[2] for f in forms])
     if progressions is None:
         return None
-    # After the run: only the last segment's values by name, earlier ones only as one list each.
+    # After the run: only the last segment's values by name, earlier ones only through lists.
     later = ast.Module(after, [])
-    collected: dict[int, ast.List | ast.Tuple] = {}
-    for m in range(len(defined[0])):
-        names = [d[m] for d in defined]
-        lists = [
-            n
-            for n in ast.walk(later)
-            if isinstance(n, (ast.List, ast.Tuple)) and [getattr(e, "id", None) for e in n.elts] == names
-        ]
-        if lists:
-            collected[m] = lists[0]
+    bound = {n.id for n in ast.walk(later) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound.update(name for names in defined for name in names)
+    collected = collected_lists(later, defined, lambda name: name not in bound)  # read before the run
+    last = after[-1] if after else None
+    if first_extra is not None and isinstance(last, ast.Return) and last.value is not None:
+        if not any(node is last.value for c in collected for node in c.nodes):
+            span = returned_span(last.value, first_extra, defined)
+            collected += [span] if span is not None else []
     earlier = {name: m for d in defined[:-1] for m, name in enumerate(d)}
-    allowed = {id(e) for node in collected.values() for e in node.elts}
+    allowed = {id(n) for c in collected for e in c.elements for n in ast.walk(e)}
     for node in ast.walk(later):
         if isinstance(node, ast.Name) and node.id in earlier and id(node) not in allowed:
             return None
@@ -452,4 +461,15 @@ def _match(segments: list[list[Statement]], after: list[ast.stmt]) -> Pattern | 
             return None
     if any(isinstance(n, ast.Name) and n.id in init_uses for n in ast.walk(later)):
         return None
-    return Pattern(defined, carries, progressions, collected)
+    if inputs is not None and read_outside(inputs, after):
+        return None
+    return Pattern(defined, carries, progressions, collected, inputs)
+
+
+def _own_inputs(forms: list[tuple[str, list[tuple[str, str]], list[int], list[str]]], inputs: Inputs) -> bool:
+    """Whether each segment reads of the inputs only its own (segment 1 never reads `keys`)."""
+    slot_of = {name: (i, j) for i, names in enumerate(inputs.slots) for j, name in enumerate(names)}
+    return all(
+        slot_of[value][1] == j
+        for j, form in enumerate(forms) for kind, value in form[1] if kind == "ext" and value in slot_of
+    )

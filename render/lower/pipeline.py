@@ -100,10 +100,9 @@ def _lower(trace: Trace, progress: Progress | None = None) -> Program:
         function = node.group.function if node.group else None
         if function is not None and function not in functions:
             functions.append(function)
-    defs = frozenset(f.name for f in functions)
     say(f"loops in {len(functions)} defs")
-    for function in functions:
-        reroll(ctx, function, defs)
+    for function in reversed(functions):  # callees first: a rolled def may return a list to its callers
+        reroll(ctx, function, functions)
         function.doc = _docstring(function)
     entry = root.group.function if root.group is not None else None
     assert entry is not None  # the root's group is written first

@@ -213,8 +213,13 @@ class Writer:
             source = iterable.args[0] if isinstance(iterable, ast.Call) else iterable
             chain = keys_of(source) if source is not None else None
             assert chain is not None
+            values = _zipped_values(loop)  # `zip(params["layers"], past_key_values)`: the list stays
             loop.iterable = self._module_ref(chain, scope)
             loop.loop_target = named(name, ast.Store())
+            if values:
+                sources = [self._expr(v, function, scope) for _, v in values]
+                loop.iterable = ast.Call(named("zip"), [loop.iterable, *sources], [])
+                loop.loop_target = ast.Tuple([loop.loop_target, *(t for t, _ in values)], ast.Store())
         else:
             loop.iterable = self._expr(loop.iterable, function, scope) if loop.iterable else None
         loop.body = [s for s in (self._statement(s, function, scope) for s in loop.body) if s is not None]
@@ -384,3 +389,13 @@ class _Raw(Statement):
         return self.node_
 
 
+def _zipped_values(loop: Loop) -> list[tuple[ast.expr, ast.expr]]:
+    """The (target, list) pairs of a loop's `zip` after its first that are no module's params or
+    state (a cache passed in as a list: `(keys, values)`, `past_key_values`)."""
+    iterable, target = loop.iterable, loop.loop_target
+    if not isinstance(iterable, ast.Call) or ast.unparse(iterable.func) != "zip":
+        return []
+    if not isinstance(target, ast.Tuple):
+        return []
+    pairs = list(zip(target.elts, iterable.args))[1:]
+    return [(t, v) for t, v in pairs if (keys_of(v) or ("",))[0] not in ("params", "state")]
