@@ -8,7 +8,9 @@ norm inside the `Sequential` reads its `eps` from the config as the block's own 
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -69,15 +71,22 @@ def _model(downsample_eps: float) -> ResNet:
     return model
 
 
-@pytest.fixture(scope="module", params=[1e-5, 1e-3], ids=["one eps", "the downsample's own eps"])
-def traced(request):
-    model, args = _model(request.param), (torch.randn(2, 3, 16, 16),)
+@functools.cache
+def traced(downsample_eps: float) -> tuple[ResNet, tuple[torch.Tensor], Any]:
+    """The model with this `eps` in its downsample's norm (the others' is 1e-5), traced once."""
+    model, args = _model(downsample_eps), (torch.randn(2, 3, 16, 16),)
     return model, args, lower(capture(model, *args))
 
 
-@pytest.mark.parametrize("style", ["functional", "nnx", "equinox"])
-def test_a_branch_some_blocks_take_is_an_if_else_reading_the_config(traced, style):
-    model, args, program = traced
+EPS = [1e-5, 1e-3]
+IDS = ["one eps", "the downsample's own eps"]
+
+
+@pytest.mark.parametrize(("style", "downsample_eps"), [
+    ("functional", 1e-5), ("nnx", 1e-5), ("equinox", 1e-3), ("functional", 1e-3),
+])
+def test_a_branch_some_blocks_take_is_an_if_else_reading_the_config(style, downsample_eps):
+    model, args, program = traced(downsample_eps)
     text = module_source(program, "tests/test_resnet_blocks.py", style, model)
     report = check_export(load_module(text), program, Entry(model, args, {}), run=runner(style))
     assert report.ok, report.table()
@@ -90,8 +99,9 @@ def test_a_branch_some_blocks_take_is_an_if_else_reading_the_config(traced, styl
         assert re.search(r"\n( +)else:\n\1    shortcut = x\n", text), text
 
 
-def test_config_from_reads_the_norm_inside_the_sequential(traced):
-    model, args, program = traced
+@pytest.mark.parametrize("downsample_eps", EPS, ids=IDS)
+def test_config_from_reads_the_norm_inside_the_sequential(downsample_eps):
+    model, _, program = traced(downsample_eps)
     module = load_module(module_source(program, "tests/test_resnet_blocks.py"))
     eps = {f.name: f.value for f in program.config if "eps" in f.name}
     assert sorted(eps.values()) == sorted({1e-5, model.layers[1].downsample[1].eps})
