@@ -275,9 +275,9 @@ class Docs:
         if isinstance(node.op, ast.Pow):
             left = self.sub(node.left, _POWER + 1, inside)
             right = self.sub(node.right, _POWER, inside)
-            if _power_operand(node.left) and _power_operand(node.right):
-                return [left, "**", right]
-            return [group(left), " ** ", group(right)]
+            if _power_operand(node.left) and _power_operand(node.right):  # `x**2`; `x\n** y` broken
+                return [left, SOFT, "**", if_break(" "), right] if inside else [left, "**", right]
+            return self._chain([group(left), group(right)], ["**"], inside)
         operands, operators = [node.right], [node.op]
         left = node.left
         while isinstance(left, ast.BinOp) and _BINARY[type(left.op)] == precedence and precedence != _POWER:
@@ -310,7 +310,9 @@ class Docs:
         return self._chain(docs, [_SYMBOLS[type(o)] for o in node.ops], inside)
 
     def _unaryop(self, node: ast.UnaryOp, inside: bool) -> Doc:
-        return [_SYMBOLS[type(node.op)], self.sub(node.operand, _precedence(node), inside)]
+        power = isinstance(node.operand, ast.BinOp) and isinstance(node.operand.op, ast.Pow)
+        least = _ATOM + 1 if power else _precedence(node)  # ruff's `-(x**2)`, never `-x**2`
+        return [_SYMBOLS[type(node.op)], self.sub(node.operand, least, inside)]
 
     def _ifexp(self, node: ast.IfExp, inside: bool) -> Doc:
         space = LINE if inside else " "
@@ -323,14 +325,10 @@ class Docs:
         return [f"lambda {args}: " if args else "lambda: ",
                 group(if_break("("), indent(SOFT, group(body)), SOFT, if_break(")"))]
 
-    def _tuple(self, node: ast.Tuple, inside: bool) -> Doc:
+    def _tuple(self, node: ast.Tuple | ast.List | ast.Set, inside: bool) -> Doc:
         return self._collection(node, node.elts)
 
-    def _list(self, node: ast.List, inside: bool) -> Doc:
-        return self._collection(node, node.elts)
-
-    def _set(self, node: ast.Set, inside: bool) -> Doc:
-        return self._collection(node, node.elts)
+    _list = _set = _tuple
 
     def _dict(self, node: ast.Dict, inside: bool) -> Doc:
         items = [
