@@ -218,7 +218,10 @@ def _choose(reader: Reader, expression: ast.expr, parent: ast.AST, node: ast.AST
     prefix = _handed(expression) if not matches and isinstance(parent, (ast.Call, ast.BinOp)) else None
     if prefix is not None:  # the module's own numbers; a child's, its children's too where torch's
         owner = reader.owner
-        held = {**{path: found[0] for path, found in owner.partial.items()}, **owner.attributes}
+        # A line calling a child runs only where the module has it: there, the numbers of that
+        # child only some calls' modules have (a downsample some blocks have) are evidence too.
+        partial = {path: found[0] for path, found in owner.partial.items() if prefix}
+        held = {**partial, **owner.attributes}
         for path, number in held.items():
             own = path.startswith(prefix) and (prefix != "" or "." not in path)
             if own and type(number) in (int, float) and math.isfinite(number) and same(number, value):
