@@ -4,8 +4,9 @@ way `ruff format` prints them.
 A Wadler-style printer: `print_doc` puts each group on one line when it (and what follows it up to
 the next line break) fits, else breaks its lines; `Docs` turns an `ast` expression into such a
 document with ruff's choices: brackets break outermost first, items one per line with a trailing
-comma when they do not fit on one line either, operators start lines inside brackets, and a
-statement's expression gets brackets of its own only when it breaks and has none to break at.
+comma when they do not fit on one line either, operators start lines inside brackets, a chain
+of calls breaks before each `.method` (`x.at[i].set(v)`), and a statement's expression gets
+brackets of its own only when it breaks and has none to break at.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ class Docs:
 
     def __init__(self) -> None:
         self._fluent: set[int] = set()  # the attributes of a fluent call chain, a line each when broken
+        self._links: set[int] = set()  # calls, attributes and subscripts inside a chain (not its root)
 
     def sub(self, node: ast.expr, least: int, inside: bool) -> Doc:
         """`node` where its binding power must be at least `least` (else it gets parentheses)."""
@@ -200,12 +202,19 @@ class Docs:
         method = getattr(self, "_" + type(node).__name__.lower(), None)
         if method is None:
             return ast.unparse(node)
+        if isinstance(node, _CHAIN):
+            root = id(node) not in self._links
+            self._links.add(id(node.func if isinstance(node, ast.Call) else node.value))
+            dots = _fluent_dots(node) if root and inside else []
+            if dots:  # ruff's fluent style in brackets: `f(x)` and each `.at[i]`, `.set(v)` a line
+                self._fluent.update(map(id, dots))
+                return group(method(node, inside))
         return method(node, inside)
 
     def _constant(self, node: ast.Constant, inside: bool) -> Doc:
         if isinstance(node.value, str) and not getattr(node, "kind", None):
             return user_text.literal(node.value)
-        return "..." if node.value is Ellipsis else ast.unparse(node)
+        return "..." if node.value is Ellipsis else user_text.numbers(ast.unparse(node))
 
     def _name(self, node: ast.Name, inside: bool) -> Doc:
         return node.id
@@ -213,7 +222,7 @@ class Docs:
     def _attribute(self, node: ast.Attribute, inside: bool) -> Doc:
         value = node.value
         if isinstance(value, ast.Constant) and isinstance(value.value, int):
-            return [f"({ast.unparse(value)})", ".", node.attr]
+            return [f"({ast.unparse(value)})", SOFT if id(node) in self._fluent else "", ".", node.attr]
         if id(node) in self._fluent:
             return [self.sub(value, _ATOM, inside), SOFT, ".", node.attr]
         return [self.sub(value, _ATOM, inside), ".", node.attr]
@@ -266,9 +275,9 @@ class Docs:
         if isinstance(node.op, ast.Pow):
             left = self.sub(node.left, _POWER + 1, inside)
             right = self.sub(node.right, _POWER, inside)
-            if _power_operand(node.left) and _power_operand(node.right):
-                return [left, "**", right]
-            return [group(left), " ** ", group(right)]
+            if _power_operand(node.left) and _power_operand(node.right):  # `x**2`; `x\n** y` broken
+                return [left, SOFT, "**", if_break(" "), right] if inside else [left, "**", right]
+            return self._chain([group(left), group(right)], ["**"], inside)
         operands, operators = [node.right], [node.op]
         left = node.left
         while isinstance(left, ast.BinOp) and _BINARY[type(left.op)] == precedence and precedence != _POWER:
@@ -301,7 +310,9 @@ class Docs:
         return self._chain(docs, [_SYMBOLS[type(o)] for o in node.ops], inside)
 
     def _unaryop(self, node: ast.UnaryOp, inside: bool) -> Doc:
-        return [_SYMBOLS[type(node.op)], self.sub(node.operand, _precedence(node), inside)]
+        power = isinstance(node.operand, ast.BinOp) and isinstance(node.operand.op, ast.Pow)
+        least = _ATOM + 1 if power else _precedence(node)  # ruff's `-(x**2)`, never `-x**2`
+        return [_SYMBOLS[type(node.op)], self.sub(node.operand, least, inside)]
 
     def _ifexp(self, node: ast.IfExp, inside: bool) -> Doc:
         space = LINE if inside else " "
@@ -314,14 +325,10 @@ class Docs:
         return [f"lambda {args}: " if args else "lambda: ",
                 group(if_break("("), indent(SOFT, group(body)), SOFT, if_break(")"))]
 
-    def _tuple(self, node: ast.Tuple, inside: bool) -> Doc:
+    def _tuple(self, node: ast.Tuple | ast.List | ast.Set, inside: bool) -> Doc:
         return self._collection(node, node.elts)
 
-    def _list(self, node: ast.List, inside: bool) -> Doc:
-        return self._collection(node, node.elts)
-
-    def _set(self, node: ast.Set, inside: bool) -> Doc:
-        return self._collection(node, node.elts)
+    _list = _set = _tuple
 
     def _dict(self, node: ast.Dict, inside: bool) -> Doc:
         items = [
@@ -378,9 +385,7 @@ class Docs:
                 flat = join([", "], [self.sub(e, TEST, False) for e in node.elts])
                 return ("best", flat, broken)
             return broken
-        dots = _fluent_dots(node)
-        if len(dots) > 1:  # ruff's fluent style: `(`, then `f(x)` and each `.at[i]`, `.set(v)` a line
-            self._fluent.update(map(id, dots))
+        if _fluent_dots(node):  # ruff's fluent style: `(`, then `f(x)` and each `.at[i]`, `.set(v)` a line
             return group(if_break("("), indent(SOFT, group(self.expr(node, True))), SOFT, if_break(")"))
         if _own_brackets(node) or isinstance(node, (ast.Lambda, ast.Tuple)) or not _breakable(node):
             return self.expr(node, False)
@@ -396,18 +401,27 @@ def flat_tuple(node: ast.Tuple) -> str:
     return f"({text},)" if len(node.elts) == 1 else text
 
 
+_CHAIN = (ast.Call, ast.Subscript, ast.Attribute)
+
+
 def _fluent_dots(node: ast.expr) -> list[ast.Attribute]:
-    """The attributes of a call chain that follow a call or a subscript (`f(x).at[i].set(v)`: `.at`
-    and `.set`); two or more make ruff lay the chain out one attribute a line when it breaks."""
+    """The attributes of a call chain after a call, a subscript or a value in parentheses
+    (`f(x).at[i].set(v)`, `(a + b).at[i].set(v)`: `.at` and `.set`), when there are two or more:
+    ruff then lays the chain out one attribute a line when it breaks (its fluent style); else none."""
     dots = []
-    while isinstance(node, (ast.Call, ast.Subscript, ast.Attribute)):
+    while isinstance(node, _CHAIN):
         if isinstance(node, ast.Attribute):
-            if isinstance(node.value, (ast.Call, ast.Subscript)):
+            if isinstance(node.value, (ast.Call, ast.Subscript)) or _parenthesized(node.value):
                 dots.append(node)
             node = node.value
         else:
             node = node.func if isinstance(node, ast.Call) else node.value
-    return dots
+    return dots if len(dots) > 1 else []
+
+
+def _parenthesized(node: ast.expr) -> bool:
+    """Whether a chain's value is written in parentheses: a looser operator, an int (`(1).real`)."""
+    return (isinstance(node, ast.Constant) and type(node.value) is int) or _precedence(node) < _ATOM
 
 
 def _breakable(node: ast.expr) -> bool:

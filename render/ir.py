@@ -223,8 +223,13 @@ def blocks(statements: list[Statement]) -> list[ast.stmt]:
 
 
 def _negated(test: ast.expr) -> ast.expr:
+    """`not test`, as a person writes it: `flag` for `not flag`, `self.downsample is None` for
+    `self.downsample is not None` (a class-style flag), and the other way round."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return test.operand
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+        flipped = ast.IsNot() if isinstance(test.ops[0], ast.Is) else ast.Is()
+        return ast.Compare(test.left, [flipped], test.comparators)
     return ast.UnaryOp(ast.Not(), test)
 
 

@@ -216,7 +216,7 @@ def config_class(program: Program) -> str:
         kind = type(f.value).__name__
         value = user_text.value_expr(f.value)
         assert value is not None  # a field holds a number (tracing.is_number)
-        lines.append(f"    {f.name}: {kind} = {ast.unparse(value)}")
+        lines.append(f"    {f.name}: {kind} = {user_text.numbers(ast.unparse(value))}")
     return "\n".join(lines)
 
 

@@ -4,8 +4,8 @@ Every piece of text that came from the user's files or objects reaches a generat
 comment through one of these functions: as a string literal (`literal`), a docstring
 (`docstring`) or a comment line (`comment`). Each escapes what would end the literal or the
 comment early, so no text can become code; `check_compiles` is the writer's last gate. The text
-the writers lay out is measured here too (`display_width`), and quoted as ruff quotes it
-(`double_quotes`).
+the writers lay out is measured here too (`display_width`), quoted as ruff quotes it
+(`double_quotes`), and its numbers written as ruff writes them (`numbers`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,6 @@ def double_quotes(text: str) -> str:
     """`params["wqkv"]` rather than `params['wqkv']`: single-quoted strings get double quotes
     when that needs no more escapes (ruff's and black's rule)."""
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    lines = python_lines(text, keepends=True)  # the rows tokenize counts
     edits = []
     for token in tokens:
         if (
@@ -153,6 +152,26 @@ def double_quotes(text: str) -> str:
             body = token.string[1:-1]
             if '"' not in body and "\\'" not in body and token.start[0] == token.end[0]:
                 edits.append((token.start, token.end, f'"{body}"'))
+    return _edited(text, edits)
+
+
+def numbers(text: str) -> str:
+    """`text` with its number literals as ruff writes them: `3.4028235e38`, not Python's
+    `repr`, `3.4028235e+38` (ruff drops an exponent's `+` and lowercases `E` and `J`)."""
+    if not any(c in text for c in "+EJ"):
+        return text
+    edits = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.NUMBER and not token.string.lower().startswith(("0x", "0o", "0b")):
+            written = token.string.replace("E", "e").replace("J", "j").replace("e+", "e")
+            if written != token.string:
+                edits.append((token.start, token.end, written))
+    return _edited(text, edits)
+
+
+def _edited(text: str, edits: list[tuple[tuple[int, int], tuple[int, int], str]]) -> str:
+    """`text` with each token's span (tokenize's rows and columns, in order) replaced."""
+    lines = python_lines(text, keepends=True)  # the rows tokenize counts
     for (row, col), (_, end), replacement in reversed(edits):
         line = lines[row - 1]
         lines[row - 1] = line[:col] + replacement + line[end:]

@@ -69,12 +69,23 @@ else:
 if not has_skip:
     x = x + shortcut
 return aaaaaaaaaaaaaaaaaaaaaaaaa, fooooooooooooooooo(bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb)
+x = g(aaaaaaaaaaaaaa[jnp.zeros((bbbbbbbbbbbbbbbbbbbbbbbb.shape[0],), jnp.int32).at[ccccccccc].set(d)], 3)
+x = g(xxxxxxxx, (aaaaaaaaaaaaaaaaaaaaaa + bbbbbbbbbbbbbbbbbbbbbb).at[cccccccccccccccccc].set(dddddddd))
+x = g(xxxxxxxx, aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.at[cccccccccccccccccccccccc].set(d))
+x = g(xxxxxxxx, fffffffffff(aaaaaaaaaaaaa).reshape(-1).astype(jnp.float32).sum(axis=0), yyyyyyyyyyyy)
+x = jnp.where(mmmmmmmmmmmmmmmmmmmmmmmmmm, xxxxxxxxxxxxxxxxxxxxxx, -3.4028235e+38) + 1e+16 * yyyyyyyyyyyy
+x = jnp.sum(jnp.abs(params["conv"]["parametrizations"]["weight"]["original1"]) ** config.ntensors)
+x = -aaaa**2 + (~bbbb**cccc) * f(-(xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx ** yyyyyyyyyyyyyyyyyyyyyyy))
 """
 
 
 @pytest.mark.parametrize("width", [60, 88])
 def test_statements_are_laid_out_as_ruff_formats_them(width):
-    """ruff leaves each statement as laid out, at widths that break it in different places."""
+    """ruff leaves each statement as laid out, at widths that break it in different places: call
+    chains in brackets in its fluent style (`zeros(n)` then `.at[i]` and `.set(v)` a line each,
+    as HF's MoE routing exports), numbers as it writes them (`-3.4028235e38`, T5's and Gemma 2's
+    masks), `**` starting a line like any operator (wav2vec2's weight norm) and in parentheses
+    after a unary operator (`-(x**2)`)."""
     body = ast.parse("def f():\n" + "".join("    " + line + "\n" for line in CASES.strip().splitlines())).body
     source = "def f():\n" + "\n".join(format_body(body[0].body, 4, width, function=True)) + "\n"
     formatted = _ruff("format", "--isolated", "--line-length", str(width), "-", text=source)

@@ -126,8 +126,8 @@ def _resolved(
 
 def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     """The module's numbers by attribute path: its own (`n_head`, `eps`, `split_sizes`), those of
-    a plain object it keeps (`config.num_attention_heads`) and of its children (`ln_1.eps`);
-    never tensors or bools."""
+    a plain object it keeps (`config.num_attention_heads`), of its children (`ln_1.eps`) and of
+    the children of torch's containers among them (`downsample.1.eps`); never tensors or bools."""
     found: dict[str, Any] = {}
     for name, value in vars(receiver).items():
         if is_number(value):
@@ -140,9 +140,20 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
             found.update({f"{name}.{k}": v for k, v in inner.items() if is_number(v)})
     for name, child in receiver._modules.items():  # a child's, which library code may read (`ln_1.eps`)
         if child is not None:
-            found.update({f"{name}.{k}": v for k, v in vars(child).items() if is_number(v)})
+            found.update(_numbers_below(name, child, depth=2))
     # Only paths code can name (`setattr(self, "a-b", 3)` makes a key no source reads as `self.a-b`).
     return {path: v for path, v in found.items() if _nameable(path)}
+
+
+def _numbers_below(path: str, module: torch.nn.Module, depth: int) -> dict[str, Any]:
+    """A child's numbers (`ln_1.eps`) and, where it is torch's own module, its children's, which
+    its code reads out of sight (`downsample.1.eps` of a `Sequential(conv, norm)`), `depth` deep."""
+    found = {f"{path}.{k}": v for k, v in vars(module).items() if is_number(v)}
+    if depth and type(module).__module__.startswith("torch.nn."):
+        for name, child in module._modules.items():
+            if child is not None:
+                found.update(_numbers_below(f"{path}.{name}", child, depth - 1))
+    return found
 
 
 def _nameable(path: str) -> bool:

@@ -14,7 +14,9 @@ and no other name that expression reads gives the same value; where two do, the 
 (`kv_size = self.n_local_heads * self.head_dim`) is written in the def as torch wrote it, read
 from the config. Where library code reads the numbers out of sight (the line hands `self` to a
 function, or calls a child module of torch's: `self.ln_1(x)` and its `eps`), a literal exactly
-one of that module's numbers gives is that number. Where torch wrote `-1` in a shape (or
+one of that module's numbers gives is that number (its children's too where it is torch's own
+container: a ResNet block's `self.downsample(x)`, a `Sequential(conv, norm)` only some blocks
+have, and its norm's `eps`). Where torch wrote `-1` in a shape (or
 `flatten`), the reshape writes `-1`; where it read a size from a shape (`x.shape[-1] // 2`,
 and `q.shape[-1] ** -0.5` for the scale `scaled_dot_product_attention` computes), so does the
 def. The numbers are the same Python numbers, so the def stages the very same equations.
@@ -214,11 +216,16 @@ def _choose(reader: Reader, expression: ast.expr, parent: ast.AST, node: ast.AST
         if not totals:
             todo += [n for n in ast.iter_child_nodes(sub) if isinstance(n, ast.expr)]
     prefix = _handed(expression) if not matches and isinstance(parent, (ast.Call, ast.BinOp)) else None
-    if prefix is not None:
-        for path, number in reader.owner.attributes.items():
-            own = path.startswith(prefix) and "." not in path[len(prefix) :]
+    if prefix is not None:  # the module's own numbers; a child's, its children's too where torch's
+        owner = reader.owner
+        # A line calling a child runs only where the module has it: there, the numbers of that
+        # child only some calls' modules have (a downsample some blocks have) are evidence too.
+        partial = {path: found[0] for path, found in owner.partial.items() if prefix}
+        held = {**partial, **owner.attributes}
+        for path, number in held.items():
+            own = path.startswith(prefix) and (prefix != "" or "." not in path)
             if own and type(number) in (int, float) and math.isfinite(number) and same(number, value):
-                matches.setdefault(path, Named(number, reader.fields.node(reader.owner, path)))
+                matches.setdefault(path, Named(number, reader.fields.node(owner, path)))
     return next(iter(matches.values())) if len(matches) == 1 else None
 
 

@@ -47,13 +47,15 @@ class Fields:
                 self._field(owner, path, node)
 
     def _field(self, owner: Any, path: str, node: ast.Attribute) -> None:
-        value = owner.attributes[path]
+        # (an attribute only some calls' modules have is read from one that has it)
+        value, module_path = (owner.attributes[path], owner.module_path) if path in owner.attributes else (
+            owner.partial[path])
         if type(value) is list:
             value = tuple(value)
         name = path.rsplit(".", 1)[-1]
         found = self.fields.get((name, repr(value)))
         if found is None:
-            found = ConfigField(name, value, owner.module_path, path, owner.module_type)
+            found = ConfigField(name, value, module_path, path, owner.module_type)
             self.fields[(name, repr(value))] = found
         if owner.config is None:
             owner.config = owner.function.scope.fresh("config", "argument")
@@ -135,7 +137,9 @@ def accessor(f: ConfigField) -> str:
         elif part.isidentifier():
             text += f".{part}"
         else:
-            return f"model.get_submodule({f.module_path!r}).{f.attribute}"
-    value = f"{text}.{f.attribute}"
-    return f"tuple({value})" if type(f.value) is tuple else value
+            text = f"model.get_submodule({f.module_path!r})"
+            break
+    # (the attribute may sit in a numbered child: `downsample.1.eps` is `downsample[1].eps`)
+    text += "".join(f"[{part}]" if is_index(part) else f".{part}" for part in f.attribute.split("."))
+    return f"tuple({text})" if type(f.value) is tuple else text
 

@@ -53,17 +53,29 @@ class Owner:
     defined: dict[str, str] = field(default_factory=dict)
     """Torch locals already defined in the def, and the name they took."""
     config: str | None = None
+    partial: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    """Attributes only some calls' modules have, alike where they do (a block's `downsample.1.eps`
+    where other blocks have no `downsample`): each value, and the module path of a call having it."""
 
 
 def owner_of(function: Function) -> Owner | None:
-    """The evidence of a def's calls: the attributes every call's module had alike, the first
-    call's numeric locals, and per argument the sizes every call had."""
+    """The evidence of a def's calls: the attributes every call's module had alike (and apart,
+    those only some had), the first call's numeric locals, and per argument the sizes every call had."""
     calls = function.calls
     first = calls[0]
     attributes = {
         path: value for path, value in first.seen.attributes.items()
         if all(c.seen.attributes.get(path, None) == value for c in calls[1:])
     }
+    partial: dict[str, tuple[Any, str]] = {}
+    differing: set[str] = set()
+    for call in calls:
+        for path, value in call.seen.attributes.items():
+            if path in attributes or path in differing:
+                continue
+            if path in partial and partial[path][0] != value:
+                differing.add(path)
+            partial.setdefault(path, (value, call.module_path or ""))
     numbers: dict[str, list[tuple[int, Any]]] = {}
     for name, line, value in first.seen.numbers:
         numbers.setdefault(name, []).append((line, value))
@@ -78,7 +90,9 @@ def owner_of(function: Function) -> Owner | None:
             shape = [a if a == b else None for a, b in zip(shape, other[0])]
         if shape:
             shapes[name] = tuple(shape)
-    return Owner(function, attributes, first.module_path or "", first.module_type or "", numbers, shapes)
+    owner = Owner(function, attributes, first.module_path or "", first.module_type or "", numbers, shapes)
+    owner.partial = {path: found for path, found in partial.items() if path not in differing}
+    return owner
 
 
 def literal(node: ast.AST) -> Any:

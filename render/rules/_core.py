@@ -56,6 +56,14 @@ REWRITES: dict[str, str] = {
         "the same negation (NaN keeps its payload with its sign flipped; the most negative integer "
         "wraps to itself either way)"
     ),
+    "copy_is_value": (
+        "`x` for `jnp.copy(x)` (the copy torchax's `aten._to_copy` and `aten.lift_fresh_copy` stage, and "
+        "`jnp.array(x)` inside a library function such as `torch.special.gammaincc`; torch's `x.clone()` "
+        "stages none): a JAX array is immutable, so the copy and its operand hold the same bits for "
+        "good, -0.0, NaN payloads and denormals included; a torch write after the copy is a new value in "
+        "JAX (`.at[...].set`, a scatter), never a write to the operand, and XLA removes the copy under "
+        "jit"
+    ),
     "plus_zero": (
         "`x` for integer `x + 0` and for float `x + (-0.0)` (the additive identity of IEEE floats; "
         "float `x + 0.0` stays, it turns -0.0 into 0.0)"

@@ -106,7 +106,6 @@ CATALOGUE: tuple[Entry, ...] = (
     _one("jnp.flip", "torch.flip", "axis=-1"),
     _one("jnp.tril", "torch.tril"),
     _one("jnp.triu", "torch.triu"),
-    _one("jnp.copy", "x.clone()"),
     Entry("jnp.where", "torch.where", ("jnp.where(_0, _1, _2)",),
           (((4, 8), jnp.bool_), ((4, 8), _F32), ((4, 8), _F32))),
     Entry("jnp.take", "F.embedding / x[i]", ("jnp.take(_0, _1, axis=0)",),

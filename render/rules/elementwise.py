@@ -91,7 +91,9 @@ def _reduce_precision(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.e
 
 @rule("copy")
 def _copy(eqn: Any, args: list[ast.expr], emitter: Emitter) -> ast.expr:
-    return call("jnp.copy", args)
+    # A JAX array is immutable: its copy is the value itself (torchax's `x.to(copy=True)`,
+    # `jnp.array(x)` inside a library function), written as the operand.
+    return rewritten("copy_is_value", args[0], emitter)
 
 
 @rule("integer_pow")

@@ -1,13 +1,16 @@
 """``--style equinox``: Equinox modules. Parameters and buffers are plain array fields in torch's
 layout, buffers the torch code writes (KV caches) `eqx.nn.StateIndex` fields: stateful methods take
 the `eqx.nn.State` last and return `(output, state)`, reading with `state.get` and writing with
-`state.set`. Config and flags are static fields."""
+`state.set`. A float buffer is read through `jax.lax.stop_gradient` (Equinox's way to mark an
+array non-trainable), so `eqx.filter_grad` gives it zeros as torch gives it no gradient. Config
+and flags are static fields."""
 
 from __future__ import annotations
 
 import ast
 
 from jaxside.render.ir import Program, named
+from jaxside.render.rules import dotted
 from jaxside.render.styles.tree import Klass, Tree, kept_flags
 
 __all__ = ["Equinox"]
@@ -25,6 +28,8 @@ class Equinox:
     def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
         if kind == "state":
             return ast.Call(ast.Attribute(named("state"), "get", ast.Load()), [ref], [])
+        if kind == "buffer":  # a field like any other: `eqx.filter_grad` would differentiate it
+            return ast.Call(dotted("jax.lax.stop_gradient"), [ref], [])
         return ref
 
     def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:

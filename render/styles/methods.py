@@ -33,8 +33,9 @@ class Framework(Protocol):
     """Equinox: stateful methods take `state` last and return `(output, state)`."""
 
     def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
-        """A leaf of kind "param"/"buffer"/"state" at `ref` (`self.weight`), `indexed` when the
-        expression using it subscripts it at once."""
+        """A leaf of kind "param", "buffer" (read only, of floats: no gradient may reach it),
+        "discrete_buffer" (read only, of integers or booleans) or "state" at `ref` (`self.weight`),
+        `indexed` when the expression using it subscripts it at once."""
         ...
 
     def write(self, ref: ast.expr, value: ast.expr) -> ast.stmt:
@@ -312,7 +313,11 @@ class Writer:
         if isinstance(found, str):
             owner = walk(base, chain[1][:-1])
             holders = [owner, *owner.peers] if isinstance(owner, Node) else []
-            kind = next((n.leaves[chain[1][-1]] for n in holders if chain[1][-1] in n.leaves), "param")
+            leaf = chain[1][-1]
+            kind = next((n.leaves[leaf] for n in holders if leaf in n.leaves), "param")
+            dtype = next((n.dtypes[leaf] for n in holders if leaf in n.dtypes), "float32")
+            if kind == "buffer" and not dtype.startswith(("float", "bfloat", "complex")):
+                kind = "discrete_buffer"
             return self.framework.read(self._module_ref(chain, scope), kind, indexed)
         return None
 

@@ -95,6 +95,15 @@ PROOFS: dict[str, list[Proof]] = {
         (lambda x: lax.mul(x, -1), (_s((4, 8), jnp.int32),)),
         (lambda x: lax.mul(jnp.int8(-1), x), (_s((4, 8), jnp.int8),)),
     ],
+    "copy_is_value": [  # torchax's `x.to(copy=True)`, `jnp.array(x)` inside a library function
+        (jnp.copy, (_s((4, 8)),)),
+        (jnp.copy, (_s((4, 8), jnp.bfloat16),)),
+        (jnp.copy, (_s((3,), jnp.int32),)),
+        (jnp.copy, (_s((2, 3), jnp.bool_),)),
+        (lambda x: jnp.copy(x * 2.0) + x, (_s((4, 8)),)),  # read again after the copy
+        (lambda x: jnp.copy(x).at[0].set(0.0), (_s((4, 8)),)),  # updated after the copy: a new value
+        (lambda x: (jnp.copy(x), x), (_s((4, 8)),)),  # the copy and its operand both returned
+    ],
     "plus_zero": [
         (lambda x: lax.add(x, 0), (_s((4, 8), jnp.int32),)),
         (lambda x: lax.add(0, x), (_s((4, 8), jnp.int32),)),

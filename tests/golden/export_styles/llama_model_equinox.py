@@ -206,7 +206,7 @@ class Transformer(eqx.Module):
         """`Transformer.forward`, llama_model.py:90."""
         if input_pos.shape[0] != idx.shape[1]:
             raise ValueError("input_pos.shape[0] must equal idx.shape[1]")
-        freqs_cis = self.freqs_cis[input_pos]
+        freqs_cis = jax.lax.stop_gradient(self.freqs_cis)[input_pos]
         mask = self.causal_mask[None, None, input_pos]
         x = jnp.take(self.tok_embeddings.weight, idx, axis=0)
         for layer in self.layers:
