@@ -32,11 +32,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.readability import SHARE, plain, statements
 from benchmarks.zoo_models import MODELS, SUBSET, Model
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 600
 _MAX_ABS = re.compile(r"max abs (\S+)")
+BANNED = re.compile(r"jnp\.copy\(|lax\.(gather|scatter\w*|slice)\(|jax\.jit\(_")
+"""What no export of the zoo may hold (issue 29): copies, gathers, scatters and slices spelled as
+`lax` calls, and jitted private helpers."""
 _LIBRARIES = {"transformers": "transformers", "timm": "timm", "x-transformers": "x_transformers"}
 
 
@@ -52,12 +56,13 @@ class Row:
     seconds: float = 0.0
     peak_mb: float = 0.0
     no_torch: str = "-"
+    plain: str = "-"
     note: str = ""
 
     @property
     def ok(self) -> bool:
         checked = not self.check.startswith(("exit", "-")) and "MISMATCH" not in self.check
-        return self.comments == "ok" and self.no_torch == "ok" and checked
+        return self.comments == "ok" and self.no_torch == "ok" and checked and self.plain.endswith("ok")
 
 
 def available(model: Model) -> bool:
@@ -130,10 +135,21 @@ def worker(name: str, folder: Path) -> None:
         text = export.read_text()
         row.lines = text.count("\n")
         row.defs = len(re.findall(r"^\s*def ", text, re.MULTILINE))
+        row.plain = readable(text)
         if code in (0, 1):
             _save_run(source, export, folder)
     row.peak_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     (folder / "row.json").write_text(json.dumps(asdict(row)))
+
+
+def readable(text: str) -> str:
+    """The export's share of plain statements (`benchmarks.readability`, issue 29: at least 95%), and
+    ``ok``, or the forms no export may hold (`BANNED`)."""
+    found = statements(text)
+    share = sum(plain(s) for s in found) / max(len(found), 1)
+    banned = sorted({match.group(0) for match in BANNED.finditer(text)})
+    verdict = "ok" if share >= SHARE and not banned else "MISSED " + " ".join(banned)
+    return f"{share:.0%} {verdict}".strip()
 
 
 def _annotate(main: Any, argv: list[str]) -> tuple[int, str]:
@@ -231,7 +247,8 @@ def _all_arrays(tree: Any) -> bool:
 # -- the table -----------------------------------------------------------------------------------
 
 _COLUMNS = [("model", 14), ("library", 14), ("family", 24), ("comments", 9), ("check", 22), ("lines", 6),
-            ("defs", 5), ("seconds", 8), ("peak MB", 8), ("no torch", 9)]
+            ("defs", 5), ("seconds", 8), ("peak MB", 8), ("no torch", 9),
+            ("plain", 10)]
 
 
 def table(rows: list[Row]) -> str:
@@ -239,7 +256,7 @@ def table(rows: list[Row]) -> str:
     lines = [header, "-" * len(header)]
     for row in rows:
         values = [row.model, row.library, row.family, row.comments, row.check, row.lines or "-",
-                  row.defs or "-", row.seconds or "-", row.peak_mb or "-", row.no_torch]
+                  row.defs or "-", row.seconds or "-", row.peak_mb or "-", row.no_torch, row.plain]
         lines.append(" ".join(f"{str(v):<{w}}" for v, (_, w) in zip(values, _COLUMNS)))
     notes = [f"  {row.model}: {row.note}" for row in rows if row.note]
     return "\n".join(lines + (["", "notes:", *notes] if notes else []))
