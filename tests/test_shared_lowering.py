@@ -72,7 +72,9 @@ def module_text(model: Stack, x: torch.Tensor) -> str:
     return render_program(lower(trace), source="test")
 
 
-@pytest.mark.parametrize(("name", "groups"), [("alike", 1), ("one scale differs", 2), ("one branch differs", 2)])
+@pytest.mark.parametrize(
+    ("name", "groups"), [("alike", 1), ("one scale differs", 2), ("one branch differs", 2)]
+)
 def test_blocks_share_a_group_only_when_alike(name, groups):
     assert block_groups(*stack(name)) == groups
 

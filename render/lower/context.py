@@ -64,8 +64,10 @@ class Dataflow:
         """Each equation's parameters, types and literals as keys, made once (`comparable`)."""
         progress("repeated equations")
         self.alias = common_subexpressions(trace, self.keys)
+        alias = self.alias
         self.eqns = [
-            eqn.replace(invars=[self.alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+            eqn.replace(invars=[alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+            if any(isinstance(v, Var) and v in alias for v in eqn.invars) else eqn
             for eqn in self.jaxpr.eqns
         ]
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]

@@ -152,6 +152,7 @@ def terminals() -> frozenset[str]:
     return frozenset(_terminals())
 
 
+@functools.lru_cache(maxsize=1024)
 def _probe(code: str, avals: tuple[tuple[tuple[int, ...], Any], ...]) -> Any:
     return _traced(code, tuple((tuple(shape), _dtype(dtype)) for shape, dtype in avals))
 
