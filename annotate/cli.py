@@ -141,19 +141,24 @@ def _annotate(options: Options, context: Context, status: Status) -> int:
         import jaxside.annotate.loading
         import jaxside.tracing  # noqa: F401  (imported here, not interrupted; used below)
 
-    with _imports_frozen():
+    with _fewer_collections():
         return _trace_and_write(options, context, status)
 
 
 @contextlib.contextmanager
-def _imports_frozen() -> Iterator[None]:
-    """The objects torch, jax and jaxside made as they were imported left out of the garbage
-    collector's passes while the run makes its own (a trace of 80 layers: a tenth of its time
-    went to looking at them again and again); looked at again after the run."""
+def _fewer_collections() -> Iterator[None]:
+    """The garbage collector's passes made rarer for the run: what lives on from one phase to the
+    next (the modules torch and jax imported, the model, the trace) is frozen out of its passes
+    as each phase ends (`gc.freeze`), and the youngest objects are collected after 10,000 new
+    ones, not 700. A trace of 80 layers makes millions of objects: a seventh of the run's time
+    went to looking at the same ones again and again. All put back after the run."""
+    threshold = gc.get_threshold()
     gc.freeze()
+    gc.set_threshold(10_000, *threshold[1:])
     try:
         yield
     finally:
+        gc.set_threshold(*threshold)
         gc.unfreeze()
 
 
@@ -181,6 +186,7 @@ def _trace_and_write(options: Options, context: Context, status: Status) -> int:
         quiet = functools.partial(library_warnings, context.is_user_file, status.say, set())
         status.modules = _module_positions(entry.fn)
         interrupts.check()
+        gc.freeze()  # the model and its inputs live to the end (`_fewer_collections`)
         status.phase(f"tracing {_name(entry.fn)}")
         capture = Capture(watch=watch, abstract=options.abstract, progress=status.progress)
         try:
@@ -191,6 +197,7 @@ def _trace_and_write(options: Options, context: Context, status: Status) -> int:
         except (Exception, SystemExit) as error:
             raise UserCodeRaised(f"tracing {_name(entry.fn)}", error) from error
     interrupts.check()
+    gc.freeze()  # the trace lives to the end (`_fewer_collections`)
     status.phase(f"rendering {len(trace.jaxpr.jaxpr.eqns):,} equations")
     retrace = None
     if options.jax.generic:
