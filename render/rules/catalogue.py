@@ -147,6 +147,7 @@ def ending_in(name: str) -> tuple[Entry, ...]:
     return _terminals().get(name, ())
 
 
+@functools.cache
 def terminals() -> frozenset[str]:
     """The primitives `catalogued` may propose a candidate for."""
     return frozenset(_terminals())
