@@ -188,9 +188,28 @@ def expression(site: Any) -> tuple[ast.expr, dict[ast.AST, ast.AST], str] | None
     if parsed is None:
         return None
     text, module = parsed
-    parents = {child: node for node in ast.walk(module) for child in ast.iter_child_nodes(node)}
-    found = [n for n in ast.walk(module) if isinstance(n, ast.expr) and node_span(n) == site_span(site)]
+    parents, spans = _indexed(module)
+    found = spans.get(site_span(site))
     return (found[-1], parents, text) if found else None
+
+
+_INDEXES: dict[int, tuple[ast.Module, dict[ast.AST, ast.AST], dict[Any, list[ast.expr]]]] = {}
+
+
+def _indexed(module: ast.Module) -> tuple[dict[ast.AST, ast.AST], dict[Any, list[ast.expr]]]:
+    """Every node's parent in a parsed file, and its expressions by span (in `ast.walk` order):
+    made once per tree, which `read` keeps per version of the file."""
+    hit = _INDEXES.get(id(module))
+    if hit is None or hit[0] is not module:
+        if len(_INDEXES) >= 64:
+            _INDEXES.clear()
+        parents = {child: node for node in ast.walk(module) for child in ast.iter_child_nodes(node)}
+        spans: dict[Any, list[ast.expr]] = {}
+        for node in ast.walk(module):
+            if isinstance(node, ast.expr):
+                spans.setdefault(node_span(node), []).append(node)
+        hit = _INDEXES[id(module)] = (module, parents, spans)
+    return hit[1], hit[2]
 
 
 def _nodes(site: Any, kinds: tuple[type, ...]) -> Iterator[ast.AST]:

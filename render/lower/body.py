@@ -10,7 +10,6 @@ extends it to write the def of a call of user code.
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 from collections import Counter
 from typing import Any, cast
@@ -19,6 +18,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
 
 from jaxside.render import names as naming
 from jaxside.render.ir import Define, Function, Statement, named
+from jaxside.render.lower.clone import clone
 from jaxside.render.lower.context import CALL_LIKE, INLINE_LIMIT, Context, LoweringError, live_eqns
 from jaxside.render.lower.dtypes import followed_dtype
 from jaxside.render.names import Scope
@@ -88,7 +88,7 @@ class Body:
         for eqn in inner.eqns:
             value = self.render(
                 eqn,
-                [copy.deepcopy(local[v]) if isinstance(v, Var) else ast.Constant(None) for v in eqn.invars],
+                [clone(local[v]) if isinstance(v, Var) else ast.Constant(None) for v in eqn.invars],
             )
             if not isinstance(value, Structured) and len(eqn.outvars) == 1 and counts[eqn.outvars[0]] == 1:
                 local[eqn.outvars[0]] = value
@@ -104,7 +104,7 @@ class Body:
                 self._emit(Statement(targets, value, self._take_pending(), self.site))
             for v, t in zip(eqn.outvars, targets):
                 local[v] = named(t)
-        return [copy.deepcopy(local[v]) if isinstance(v, Var) else atom_expr(v, self) for v in inner.outvars]
+        return [clone(local[v]) if isinstance(v, Var) else atom_expr(v, self) for v in inner.outvars]
 
     # -- rendering ---------------------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class Body:
         if isinstance(v, Literal):
             return atom_expr(v, self)
         if v in self.env:
-            return copy.deepcopy(self.env[v])
+            return clone(self.env[v])
         raise LoweringError(f"no value for {v} in a nested function")
 
     def record_shapes(self, function: Function) -> None:
@@ -349,7 +349,7 @@ class Body:
         site = self.site_of(eqn)
         self.site = site
         operands = [self.expr(v) for v in eqn.invars]
-        value = self.render(eqn, copy.deepcopy(operands))
+        value = self.render(eqn, clone(operands))
         outs = eqn.outvars
         if not isinstance(value, Structured) and len(outs) == 1 and self._inlinable_inner(outs[0], site,
                                                                                            value):

@@ -65,6 +65,8 @@ class CallTree:
         signatures stay as long as the caller's own body however deep the calls nest."""
         self._keys: dict[Node, int] = {}
         """Signature ids of nodes not grouped yet, valid until the tree changes."""
+        self._local_names: dict[int, dict[Any, str]] = {}
+        """Each call's torch locals by the value first bound to them (`local_name`)."""
         root = self.build(ctx.trace.root, None)
         assert root is not None
         self.root = root
@@ -137,10 +139,17 @@ class CallTree:
         return [item for _, item in sorted(keyed, key=lambda pair: pair[0])]
 
     def local_name(self, node: Node, v: Any) -> str | None:
-        for name, _line, var in node.call.seen.bindings:
-            if self.ctx.flow.resolve(var) is v:
-                return name
-        return None
+        """The first torch local `node`'s call bound `v` to, if any."""
+        if not isinstance(v, Var):
+            return next((n for n, _, var in node.call.seen.bindings if self.ctx.flow.resolve(var) is v), None)
+        names = self._local_names.get(id(node.call))  # (the trace, which holds the calls, outlives this)
+        if names is None:
+            names = self._local_names[id(node.call)] = {}
+            for name, _line, var in node.call.seen.bindings:
+                bound = self.ctx.flow.resolve(var)
+                if isinstance(bound, Var):
+                    names.setdefault(bound, name)
+        return names.get(v)
 
     def returned(self, node: Node) -> list[tuple[str, Any]]:
         if node.parent is None:
@@ -168,11 +177,12 @@ class CallTree:
         callees by the id of their signature)."""
         refs: dict[Any, tuple[Any, ...]] = {}
         extras = 0
+        keys = self.ctx.flow.keys
 
         def ref(v: Any) -> tuple[Any, ...]:
             nonlocal extras
             if isinstance(v, Literal):
-                return ("literal", repr(v.val), str(v.aval))
+                return keys.literal(v)
             if v not in refs:
                 role = self.classify(node, v)
                 if role == ("extra",):
@@ -206,9 +216,9 @@ class CallTree:
             parts.append(
                 (
                     eqn.primitive.name,
-                    self.ctx.flow.params_key(eqn.params),
+                    keys.params(eqn.params),
                     tuple(ref(v) for v in eqn.invars),
-                    tuple(str(v.aval) for v in eqn.outvars),
+                    tuple(keys.type(v.aval) for v in eqn.outvars),
                     (site.line, site.col, site.end_line, site.end_col) if site else None,
                     tuple(self.local_name(node, v) for v in eqn.outvars),
                 )
@@ -216,7 +226,10 @@ class CallTree:
             for j, v in enumerate(eqn.outvars):
                 refs[v] = ("eqn", position, j)
         parts.append(("returns", tuple((p, ref(v)) for p, v in self.returned(node))))
-        parts.append(("outputs", tuple(ref(v) for v in node.outputs), tuple(node.state_out)))
+        # The state it writes, relative to its subtree as its def returns it: the layers of a
+        # stack, each writing its own cache, share one def.
+        state_out = [relative(p, node.anchor) for p in node.state_out] if node.anchor is not None else []
+        parts.append(("outputs", tuple(ref(v) for v in node.outputs), tuple(state_out)))
         return repr(parts)
 
     def hoist(self, root: Node) -> None:
@@ -249,6 +262,7 @@ class CallTree:
             self._keys.clear()
         if changed:
             self.dataflow(root)
+            self._keys.clear()  # (some were taken between a hoist and the new data flow)
 
     def hoistable(self, node: Node) -> list[int]:
         """`node`'s own equations that depend only on captured values (and each other), short of
@@ -276,7 +290,7 @@ class CallTree:
 
         def visit(node: Node) -> int:
             height = max((visit(c) for c in node.children), default=-1) + 1
-            key = self._id(self.signature(node))
+            key = self.key(node)  # (hoisting took most already)
             group = groups.get(key)
             if group is None:
                 group = groups[key] = Group(key, [], height)

@@ -10,16 +10,16 @@ constants, helper defs, names, fallbacks.
 from __future__ import annotations
 
 import ast
-import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
-from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, Var
+from jax.extend.core import Literal, Var
 
 from jaxside.render import names as naming
 from jaxside.render.ir import Function, named
+from jaxside.render.lower.comparable import Comparable
 from jaxside.render.lower.paths import Tree
 from jaxside.render.names import Scope
 from jaxside.render.rules import fuse
@@ -60,11 +60,14 @@ class Dataflow:
 
     def __init__(self, trace: Trace, progress: Callable[[str], None] = lambda step: None) -> None:
         self.jaxpr = trace.jaxpr.jaxpr
-        self._canonical: dict[int, tuple[Any, Any]] = {}
+        self.keys = Comparable()
+        """Each equation's parameters, types and literals as keys, made once (`comparable`)."""
         progress("repeated equations")
-        self.alias = common_subexpressions(trace, self.params_key)
+        self.alias = common_subexpressions(trace, self.keys)
+        alias = self.alias
         self.eqns = [
-            eqn.replace(invars=[self.alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+            eqn.replace(invars=[alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+            if any(isinstance(v, Var) and v in alias for v in eqn.invars) else eqn
             for eqn in self.jaxpr.eqns
         ]
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
@@ -91,13 +94,6 @@ class Dataflow:
     def resolve(self, v: Any) -> Any:
         """The value an equation computed first, for a repeat of the same equation."""
         return self.alias.get(v, v) if isinstance(v, Var) else v
-
-    def params_key(self, params: Any) -> Any:
-        """`canonical(params)`, once per parameters dict (an equation and its copies share one)."""
-        hit = self._canonical.get(id(params))
-        if hit is None or hit[0] is not params:
-            hit = self._canonical[id(params)] = (params, canonical(params))
-        return hit[1]
 
 
 class Roles:
@@ -139,9 +135,7 @@ class ModuleLevel:
         return named(name)
 
 
-def common_subexpressions(
-    trace: Trace, params_key: Callable[[Any], Any] = lambda params: canonical(params)
-) -> dict[Any, Any]:
+def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[Any, Any]:
     """Repeats of an equation within one call, mapped to the first one's outputs.
 
     torchax re-slices a view each time it is read (`x_re * cos` slices `pairs` again); the
@@ -149,6 +143,8 @@ def common_subexpressions(
     gives the same bits, so each value is computed once, under its torch name.
     """
     eqns = trace.jaxpr.jaxpr.eqns
+    keys = keys or Comparable()
+    params_key, type_key, literal_key = keys.params, keys.type, keys.literal
     alias: dict[Any, Any] = {}
     for call in trace.root.walk():
         # By primitive, operands and outputs first: the parameters made comparable (`canonical`,
@@ -159,10 +155,9 @@ def common_subexpressions(
             if eqn.effects:
                 continue
             operands = tuple(
-                ("literal", repr(v.val), str(v.aval)) if isinstance(v, Literal) else alias.get(v, v)
-                for v in eqn.invars
+                literal_key(v) if isinstance(v, Literal) else alias.get(v, v) for v in eqn.invars
             )
-            key = (eqn.primitive.name, operands, tuple(str(v.aval) for v in eqn.outvars))
+            key = (eqn.primitive.name, operands, tuple(type_key(v.aval) for v in eqn.outvars))
             earlier = seen.get(key)
             if earlier is None:
                 seen[key] = [[None, eqn]]
@@ -194,18 +189,6 @@ def live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> set
             live.add(i)
             needed.update(v for v in eqn.invars if isinstance(v, Var))
     return live
-
-
-def canonical(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple((k, canonical(v)) for k, v in value.items())
-    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
-        return tuple(canonical(v) for v in value)
-    if isinstance(value, (ClosedJaxpr, Jaxpr)):
-        return str(value)
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    return re.sub(r"0x[0-9a-f]+", "", repr(value))
 
 
 def array_literal(array: np.ndarray) -> ast.expr:

@@ -146,11 +146,13 @@ def ending_in(name: str) -> tuple[Entry, ...]:
     return _terminals().get(name, ())
 
 
+@functools.cache
 def terminals() -> frozenset[str]:
     """The primitives `catalogued` may propose a candidate for."""
     return frozenset(_terminals())
 
 
+@functools.lru_cache(maxsize=1024)
 def _probe(code: str, avals: tuple[tuple[tuple[int, ...], Any], ...]) -> Any:
     return _traced(code, tuple((tuple(shape), _dtype(dtype)) for shape, dtype in avals))
 

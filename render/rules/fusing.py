@@ -91,7 +91,7 @@ def match(closed: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
         return None
     if any(made_in.get(s) is None for s in staged.outvars) or terminal not in visited.values():
         return None  # an output that is an operand, or a run that does not end where it was asked
-    if len(visited) != len(live(staged.eqns, set(staged.outvars))):
+    if len(visited) != _live_count(closed):
         return None  # (an equation it stages for nothing, the `sign` of `logsumexp`, is dead code here)
     return set(visited.values())
 
@@ -176,6 +176,21 @@ def fuse(
             primitive=primitive, invars=list(candidate.operands), outvars=list(outputs), params=params
         )
     return fused
+
+
+_LIVE_COUNTS: dict[int, tuple[Any, int]] = {}
+
+
+def _live_count(closed: Any) -> int:
+    """How many of a staged jaxpr's equations reach its outputs: once per jaxpr (`_stage` keeps
+    each)."""
+    hit = _LIVE_COUNTS.get(id(closed))
+    if hit is None or hit[0] is not closed:
+        if len(_LIVE_COUNTS) >= 2048:
+            _LIVE_COUNTS.clear()
+        staged = closed.jaxpr
+        hit = _LIVE_COUNTS[id(closed)] = (closed, len(live(staged.eqns, set(staged.outvars))))
+    return hit[1]
 
 
 def live(eqns: list[Any], wanted: set[Any]) -> set[int]:
