@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import torch
 from fuzzing.harness import program_difference, render_function
+from fuzzing.regressions import REGRESSIONS
 from fuzzing.rewrites import special_inputs
+from fuzzing.roundtrip import roundtrip
 from fuzzing.structure import jaxpr_difference
 from torch import nn
 
@@ -128,3 +130,13 @@ def test_index_assignments_export_as_at_and_match_torch(writes: Any) -> None:
     assert len(got) == len(want)
     for mine, theirs in zip(got, want):
         np.testing.assert_allclose(np.asarray(mine), theirs.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_fuzzed_writes_read_as_torch_wrote_them() -> None:
+    """`fuzzing.regressions`' torch program of writes (its round trip, in tests/test_fuzz.py, proves
+    the re-trace and the bits): every write at integers and slices is an `.at`, none a scatter."""
+    source = roundtrip(REGRESSIONS["idiom_basic_updates"]).source
+    for form in (".at[:, 0].set(0.0)", ".at[1, 1:3].set(", ".at[:, ::2, 4].set(", ".at[2, :, 1::2].set(",
+                 ".at[:, 2:].set(", ".at[[2, 0], :].set("):
+        assert form in source, (form, source)
+    assert "scatter" not in source, source

@@ -176,7 +176,11 @@ def _index_list(leaf: Any, graph: Graph) -> str | None:
 
 def _scatter(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
-    broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
+    broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update.  And
+    `x.at[:, 0].set(0.0)`, `x.at[:, 1:3].set(v)`, `x.at[..., ::2].add(v)` for torch's writes at
+    integers and slices (`render.rules.updates`): torchax stages the constant in-bounds starts and
+    the `FILL_OR_DROP` scatter that `.at` stages for them (a negative index at its start, `n - 1`
+    for -1), so the written form re-traces to the same scatter, nothing dropped."""
     x, indices, updates = eqn.invars
     candidates: list[Proposal] = list(basic_update(eqn, graph))  # (`x.at[:, 0].set(0.0)`)
     axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)

@@ -50,7 +50,7 @@ def written_values(updates: Any, graph: Graph, slot: int) -> list[tuple[str, lis
     """How to write the value a scatter writes, each with its operands: the literal jnp broadcast
     (`0.0`, no operand) first, then `_slot` for `updates` itself or before jnp's broadcasts."""
     scalar = _scalar_written(updates, graph)
-    written = [(scalar, [])] if scalar is not None else []
+    written: list[tuple[str, list[Any]]] = [(scalar, [])] if scalar is not None else []
     return written + [(f"_{slot}", [v]) for v in update_values(updates, graph)]
 
 
