@@ -25,6 +25,7 @@ from fuzzing.structure import jaxpr_difference
 from torch import nn
 
 import jaxside
+from jaxside.render import names as naming
 
 _ALL = slice(None)
 # (index, its shape of the update, how the export writes it)
@@ -140,3 +141,26 @@ def test_the_fuzzed_writes_read_as_torch_wrote_them() -> None:
                  ".at[:, 2:].set(", ".at[[2, 0], :].set("):
         assert form in source, (form, source)
     assert "scatter" not in source, source
+
+
+class Shift(nn.Module):
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = h.clone()
+        c[:, 0] = 0.0
+        d = h * 2
+        d[:, 1:3] = h[:, :2]
+        return c, d
+
+
+def test_a_slice_written_elsewhere_is_not_named_as_what_it_slices() -> None:
+    """`h[:, :2]` is part of `h`, not `h`: its value is `h_slice`, never a new `h` (the input)."""
+    assert naming.expression_name("h[:, :2]") == "h_slice"
+    assert naming.expression_name("pairs[..., 0]") == "pairs_0"
+    model, h = Shift(), torch.randn(3, 4)
+    exported = jaxside.export(model, h)
+    source = exported.source
+    assert "c = h.at[:, 0].set(0.0)" in source and ".at[:, 1:3].set(" in source, source
+    assert "h = h[" not in source and "scatter" not in source, source
+    got = exported.forward(jnp.asarray(h.numpy()))
+    for mine, theirs in zip(got, model(h)):
+        np.testing.assert_array_equal(np.asarray(mine), theirs.numpy())
