@@ -89,7 +89,10 @@ def _constant(var: Any, graph: Graph, budget: list[int]) -> np.ndarray | None:
     operands = [_constant(v, graph, budget) for v in maker.invars]
     if any(value is None for value in operands):
         return None
-    value = np.asarray(maker.primitive.bind(*operands, **maker.params))
+    try:
+        value = np.asarray(maker.primitive.bind(*operands, **maker.params))
+    except Exception:  # (params this evaluation does not take: no constant starts then)
+        return None
     return value if value.dtype.kind in "iu" else None
 
 
