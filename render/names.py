@@ -185,6 +185,8 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
         constants = [i.value for i in index if isinstance(i, ast.Constant)]
         extra = [str(c) for c in constants if isinstance(c, int | str)]
         extra += [i.id for i in index if isinstance(i, ast.Name)]
+        if not extra and any(isinstance(i, ast.Slice) for i in index):
+            extra = ["slice"]  # (`h[:, :2]` is part of `h`, never `h`)
         return [*base[-1:], *extra[:1]]
     if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
         return _parts(node.elts[0], depth + 1)

@@ -29,7 +29,7 @@ fused program the same way as single equations.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from jaxside.render.rules.einsum import einsum
 from jaxside.render.rules.emitter import Emitter
 from jaxside.render.rules.masks import triangle
 from jaxside.render.rules.shapes import inserted_axes, new_axes, split_parts
+from jaxside.render.rules.updates import AT_METHODS, basic_update, written_values
 
 RULES: dict[str, Rule] = {}
 rule = registrar(RULES)
@@ -173,42 +174,25 @@ def _index_list(leaf: Any, graph: Graph) -> str | None:
     return repr(array.tolist())
 
 
-_AT_METHODS = {"scatter": "set", "scatter-add": "add", "scatter_add": "add", "scatter-mul": "multiply",
-               "scatter_mul": "multiply", "scatter-min": "min", "scatter_min": "min",
-               "scatter-max": "max", "scatter_max": "max"}
-_UPDATE_PREP = frozenset({"broadcast_in_dim", "reshape", "convert_element_type"})
-
-
 def _scatter(eqn: Any, graph: Graph) -> list[Proposal]:
     """`x.at[:, i].set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`: the index wrap, the
-    broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update."""
+    broadcasts of `v` and the scatter (mode `FILL_OR_DROP`) jnp stages for an indexed update.  And
+    `x.at[:, 0].set(0.0)`, `x.at[:, 1:3].set(v)`, `x.at[..., ::2].add(v)` for torch's writes at
+    integers and slices (`render.rules.updates`): torchax stages the constant in-bounds starts and
+    the `FILL_OR_DROP` scatter that `.at` stages for them (a negative index at its start, `n - 1`
+    for -1), so the written form re-traces to the same scatter, nothing dropped."""
     x, indices, updates = eqn.invars
-    if not is_traced(x):
-        return []
+    candidates: list[Proposal] = list(basic_update(eqn, graph))  # (`x.at[:, 0].set(0.0)`)
     axes = tuple(eqn.params["dimension_numbers"].scatter_dims_to_operand_dims)
-    if not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
-        return []
-    method = _AT_METHODS[eqn.primitive.name]
-    candidates: list[Proposal] = []
+    if not is_traced(x) or not axes or list(axes) != list(range(axes[0], axes[0] + len(axes))):
+        return candidates
+    method = AT_METHODS[eqn.primitive.name]
     for leaves in _index_leaves(indices, graph):
         for items, operands in _written_indices(leaves, graph) if len(leaves) == len(axes) else ():
             index = _subscript(x.aval.ndim, axes, items)
-            for value in _update_values(updates, graph):
-                code = f"_0.at[{index}].{method}(_{len(operands) + 1})"
-                candidates.append((code, [x, *operands, value]))
+            for text, value in written_values(updates, graph, len(operands) + 1):
+                candidates.append((f"_0.at[{index}].{method}({text})", [x, *operands, *value]))
     return candidates
-
-
-def _update_values(updates: Any, graph: Graph) -> Iterator[Any]:
-    """The value a scatter writes, as given (`updates` itself first, then before jnp's broadcasts)."""
-    seen = updates
-    while True:
-        if is_traced(seen):
-            yield seen
-        eqn = graph.producer(seen) if is_traced(seen) else None
-        if eqn is None or eqn.primitive.name not in _UPDATE_PREP:
-            return
-        seen = eqn.invars[0]
 
 
 def _squeeze(eqn: Any, graph: Graph) -> list[Proposal]:
@@ -486,7 +470,7 @@ PATTERNS: dict[str, Callable[[Any, Graph], Sequence[Proposal]]] = {
     "gather": _gather,
     "broadcast_in_dim": _broadcast,
     "reshape": _reshape,
-    **dict.fromkeys(_AT_METHODS, _scatter),
+    **dict.fromkeys(AT_METHODS, _scatter),
     "squeeze": _squeeze,
     "slice": _split,
     **dict.fromkeys(_BINARY, _promoted),

@@ -125,6 +125,21 @@ REGRESSIONS: dict[str, Program] = {
         "v3[:, [1, -2]] = v2 * 2.0",
         "v4 = v3 + v0[[1, 0]]",
     ),
+    # Writes at integers and slices (torch's `x[:, 0] = 0.0`, `x[:, 1:3] = v`, `x[..., ::2, -1] += v`):
+    # the constant start indices and the scatter jnp's `.at[...]` stages, written `x.at[:, 0].set(0.0)`.
+    "idiom_basic_updates": program(
+        [((3, 4, 5), F32), ((3, 4, 5), F32)],
+        "v2 = v0.clone()",
+        "v2[:, 0] = 0.0",
+        "v2[1, 1:3] = v1[0, :2] * 2.0",
+        "v2[..., ::2, -1] += 1.0",
+        "v2[-1, :, 1:4:2] = v1[0, :, :2]",
+        "v2[:, 2:] = v2[:, :2] - 1.0",
+        "v3 = v2.clone()",
+        "v3[torch.tensor([2, 0])] = v1[:2]",
+        "v3[v1 > 0.5] = -1.0",
+        "v4 = v3 + v2",
+    ),
     # Integer and boolean chains, exact.
     "int_and_bool_chain": program(
         [((3, 4), I64), ((3, 4), BOOL)],
