@@ -55,6 +55,8 @@ x = -aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa * (bbbbbbbbbbbbbbbbbbbbbbbbbbb + cccccc
 x = (aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa + bbbbbbbbbbbbbbbbbbbbbbbbbbb).reshape(ccccccccccccc)
 x = aaaa * ccccccccccccccccccccccccccccccccccccccccccccc[bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb]
 x = [aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa for aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa in bbbbbbbbbbbbbbbbbbbbbbbbbbbbb]
+x = {"layers": [{"keys": keys, "values": values} for keys, values in past_key_values_list]}
+x = ffffffffff(aaaaaaaaaaaaaaaaaaaaa(b) for b in cccccccccccccccccccccccc if ddddddddddddddddddd)
 x = {'aaaaaaaaaaa': bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb, 'c': ddddddddddddddddddddddd}
 (aaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbb), cccccccccccccccccccccccc = fooooooo(x, y)
 y, z = lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1] * 2.0), (0, x))
@@ -85,7 +87,8 @@ def test_statements_are_laid_out_as_ruff_formats_them(width):
     chains in brackets in its fluent style (`zeros(n)` then `.at[i]` and `.set(v)` a line each,
     as HF's MoE routing exports), numbers as it writes them (`-3.4028235e38`, T5's and Gemma 2's
     masks), `**` starting a line like any operator (wav2vec2's weight norm) and in parentheses
-    after a unary operator (`-(x**2)`)."""
+    after a unary operator (`-(x**2)`), a comprehension's clauses on one line inside its broken
+    brackets when they fit there (the cache an HF decoder's loop collects)."""
     body = ast.parse("def f():\n" + "".join("    " + line + "\n" for line in CASES.strip().splitlines())).body
     source = "def f():\n" + "\n".join(format_body(body[0].body, 4, width, function=True)) + "\n"
     formatted = _ruff("format", "--isolated", "--line-length", str(width), "-", text=source)
