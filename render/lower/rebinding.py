@@ -10,9 +10,13 @@ A name bound again later (a loop's carry) is renamed everywhere as one, from its
 to its last read.  A statement under a flag of its def (`if downsample:`) is taken in order like
 any other: a value read after its `if` is bound on either path (before it, or in both branches),
 so what is dead in that order is dead on either path.  Conservative where Python's scoping makes
-rebinding subtle: a name first bound inside a loop, or read inside a nested def (which reads it
-when called, not when defined), is never renamed, and a name it holds is never given to another
-value.
+rebinding subtle: a name read inside a nested def (which reads it when called, not when defined)
+is never renamed, and a name it holds is never given to another value.
+
+A name first bound inside a loop is renamed by the loop's own pass (`_reuse_in_loop`): only to a
+name no code outside that loop has (the loop's own header names included: `for layer, (keys,
+values) in ...: hidden_states, keys, values = layer_forward(..., keys, values)`), whose holders
+the loop binds before and reads for the last time at the latest there, within one iteration.
 """
 
 from __future__ import annotations
@@ -45,10 +49,7 @@ def reuse_names(function: Function) -> None:
         for name in pinned:
             last[name] = math.inf
         if type(statement) is Statement:  # its own targets: not a comprehension's variable
-            targets = list(statement.targets)  # in order: the names follow the targets' order
-            if statement.target is not None:
-                targets += [n.id for n in ast.walk(statement.target) if isinstance(n, ast.Name)]
-            for name in targets:
+            for name in _targets(statement):  # in order: the names follow the targets' order
                 if name in function.scope.bases:
                     renamable.setdefault(name, position)
     if function.returns is not None:
@@ -74,6 +75,63 @@ def reuse_names(function: Function) -> None:
                 break
     if renames:
         _apply(function, renames)
+    for statement in function.body:
+        if isinstance(statement, Loop):
+            _reuse_in_loop(function, statement)
+
+
+def _reuse_in_loop(function: Function, loop: Loop) -> None:
+    """Rename the suffixed values first bound in `loop`'s body that no code outside it reads to
+    the lowest of their base's names free there (see the module's docstring)."""
+    outside: set[str] = set(function.params)
+    for statement in function.body:
+        if statement is not loop:
+            outside |= {n for names in _names(statement.node())[:2] for n in names}
+    if function.returns is not None:
+        outside |= _names(ast.Expr(function.returns))[1]
+    assert loop.iterable is not None and loop.loop_target is not None  # a Loop is made with both
+    outside |= _names(ast.Expr(loop.iterable))[1]
+    binds: dict[str, list[int]] = {n: [-1] for n in _names(ast.Expr(loop.loop_target))[0]}
+    last: dict[str, float] = {}
+    renamable: dict[str, int] = {}
+    for position, statement in enumerate(loop.body):
+        stores, loads, pinned = _names(statement.node())
+        for name in stores:
+            binds.setdefault(name, []).append(position)
+        for name in loads:
+            last[name] = max(last.get(name, -1), position)
+        for name in pinned:
+            last[name] = math.inf
+        if type(statement) is Statement:
+            for name in _targets(statement):
+                if name in function.scope.bases:
+                    renamable.setdefault(name, position)
+    current = {name: name for name in binds}
+    renames: dict[str, str] = {}
+    for name, position in sorted(renamable.items(), key=lambda item: item[1]):
+        if name in outside or len(binds[name]) > 1 or last.get(name) == math.inf:
+            continue
+        base = function.scope.bases[name]
+        for i in range(10_000):
+            candidate = base if i == 0 else f"{base}_{i}"
+            if candidate == name:
+                break
+            if candidate in outside or candidate not in binds:
+                continue  # (a name nobody binds here may still be the module's, or a builtin)
+            holders = [old for old, new in current.items() if new == candidate]
+            if all(max(binds[h]) < position and last.get(h, -1) <= position for h in holders):
+                current[name] = renames[name] = candidate
+                break
+    if renames:
+        _apply(function, renames)
+
+
+def _targets(statement: Statement) -> list[str]:
+    """The names a statement binds itself, in order (not a comprehension's variable)."""
+    targets = list(statement.targets)
+    if statement.target is not None:
+        targets += [n.id for n in ast.walk(statement.target) if isinstance(n, ast.Name)]
+    return targets
 
 
 def _names(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
