@@ -50,9 +50,12 @@ def refold(
             user = body[k + 1]
             if type(user) is not Statement or user.when is not None:
                 continue
+            value = _put(user.value, reads[0][0], statement.value)
+            if value is None:
+                continue
             folded = copy.copy(user)
-            folded.value = _put(user.value, reads[0][0], statement.value)
-            if folded.value is None or not _fits(folded.plain(), [statement.plain(), user.plain()], indent):
+            folded.value = value
+            if not _fits(folded.plain(), [statement.plain(), user.plain()], indent):
                 continue
             folded.eqns = [*statement.eqns, *user.eqns]
             body[k : k + 2] = [folded]
