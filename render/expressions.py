@@ -235,7 +235,7 @@ class Docs:
         if not items:
             return [func, "()"]
         if len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.GeneratorExp):
-            return [func, group("(", indent(SOFT, self._comprehension(node.args[0])), SOFT, ")")]
+            return [func, group("(", indent(SOFT, group(self._comprehension(node.args[0]))), SOFT, ")")]
         if len(items) == 1:
             return [func, group("(", indent(SOFT, group(items[0])), SOFT, ")")]
         body = group(*join([",", LINE], [group(i) for i in items]), if_break(","))
@@ -368,7 +368,9 @@ class Docs:
 
     def _listcomp(self, node: Any, inside: bool) -> Doc:
         opening, closing = _BRACKETS[type(node)]
-        return group(opening, indent(SOFT, self._comprehension(node)), SOFT, closing)
+        # its brackets break first: the comprehension breaks at `for` only where it does not fit on
+        # a line of its own between them, as ruff breaks it
+        return group(opening, indent(SOFT, group(self._comprehension(node))), SOFT, closing)
 
     _setcomp = _dictcomp = _generatorexp = _listcomp
 
