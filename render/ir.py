@@ -47,6 +47,14 @@ def fold_of(node: ast.AST) -> Fold | None:
     return getattr(node, "jaxside_fold", None)
 
 
+def unfolded(node: ast.AST, mark: bool = False) -> bool:
+    """Whether `node` is the value of a statement `render.lower.unfold` took out of a longer one
+    (only for a line width: a class style with shorter lines may fold it back); `mark` marks it."""
+    if mark:
+        node.jaxside_unfolded = True  # type: ignore[attr-defined]  # a mark on the node
+    return bool(getattr(node, "jaxside_unfolded", False))
+
+
 @dataclass
 class Statement:
     """One assignment (or loop) in a def, for one torch source expression.

@@ -185,13 +185,22 @@ def _parts(node: ast.expr, depth: int) -> list[str]:
         constants = [i.value for i in index if isinstance(i, ast.Constant)]
         extra = [str(c) for c in constants if isinstance(c, int | str)]
         extra += [i.id for i in index if isinstance(i, ast.Name)]
-        if not extra and any(isinstance(i, ast.Slice) for i in index):
-            extra = ["slice"]  # (`h[:, :2]` is part of `h`, never `h`)
-        return [*base[-1:], *extra[:1]]
+        return [*base[-1:], *(extra or _part(index))[:1]]
     if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
         return _parts(node.elts[0], depth + 1)
     if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
         return _parts(node.elt, depth + 1)
+    return []
+
+
+def _part(index: list[ast.expr]) -> list[str]:
+    """A word for a part of a value no constant or name picks (`h[:, :2]` -> h_slice, `x[:, -1]` ->
+    x_last), so it is never named as the whole; none where the index only reshapes (`x[:, None]`)."""
+    for i in index:
+        if isinstance(i, ast.UnaryOp) and isinstance(i.op, ast.USub) and isinstance(i.operand, ast.Constant):
+            return ["last"] if i.operand.value == 1 else ["slice"]
+    if any(isinstance(i, ast.Slice) and (i.lower or i.upper or i.step) for i in index):
+        return ["slice"]
     return []
 
 

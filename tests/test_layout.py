@@ -94,3 +94,14 @@ def test_statements_are_laid_out_as_ruff_formats_them(width):
     formatted = _ruff("format", "--isolated", "--line-length", str(width), "-", text=source)
     assert formatted.returncode == 0, formatted.stderr
     assert formatted.stdout == source
+
+
+def test_a_comprehension_breaks_at_for_only_where_its_line_between_brackets_is_too_long():
+    """ruff breaks a comprehension's brackets first: HF's returned cache stays one line inside them."""
+    cache = "{'layers': [{'keys': keys, 'values': values} for keys, values in past_key_values]}"
+    line = f"return {{'logits': logits, 'past_key_values': {cache}}}"
+    body = ast.parse("def f():\n    " + line + "\n").body
+    source = "def f():\n" + "\n".join(format_body(body[0].body, 4, 88, function=True)) + "\n"
+    assert '{"keys": keys, "values": values} for keys, values in past_key_values\n' in source, source
+    formatted = _ruff("format", "--isolated", "-", text=source)
+    assert formatted.returncode == 0 and formatted.stdout == source, formatted.stdout

@@ -69,7 +69,9 @@ def test_decoder_layers_at_the_default_call_are_one_loop_and_match_torch(kind):
     loops, layer = layer_calls(program)
     assert len(loops) == 1 and len(loops[0].calls) == LAYERS, text
     assert text.count(f"{layer}(") == 2, text  # its def and the loop's one call, not one per layer
-    assert "past_key_values.append(" in text, text
+    # torch's cache layer holds keys, then values: the layer def gives them back in that order
+    assert "past_key_values.append((keys, values))" in text, text
+    assert re.search(rf"hidden_states, keys, values = {layer}\(", text), text
     assert re.search(r"for \w+, \w+ in past_key_values\s*\]", text), text  # the caller's comprehension
     module = load_module(text)
     got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
@@ -101,19 +103,27 @@ def test_the_cache_loop_in_class_styles(style):
     assert report.ok and "['past_key_values']['layers'][1]['keys']" in report.table(), report.table()
 
 
-def test_a_cache_passed_in_is_zipped_into_the_layer_loop():
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_a_cache_passed_in_is_zipped_into_the_layer_loop(kind):
     """A decode step given the prompt's `DynamicCache`: each layer's entries come in as one list the
     loop zips with the layers, and the caller passes it from the cache's own structure."""
-    model = decoder("llama")
+    model = decoder(kind)
     with torch.no_grad():
         cache = model(torch.randint(0, 32, (1, 6))).past_key_values
-    args = (torch.randint(0, 32, (1, 1)), None, None, cache)
+    ids = torch.randint(0, 32, (1, 1))
+    args = (ids, None, None, cache) if kind == "llama" else (ids, cache)
     program = lower(Capture()(model, *args))
     text = render_program(program, source="test")
     loops, layer = layer_calls(program)
     assert len(loops) == 1 and text.count(f"{layer}(") == 2, text
-    header = r"for decoder_layer, \(\w+, \w+\) in zip\(params\[\"layers\"\], past_key_values\)"
+    header = r'for \w+, \(keys, values\) in zip\(params\["(layers|h)"\], past_key_values\):'
     assert re.search(header, text), text
+    # the loop rebinds its own names (nothing outside it reads them); the list it fills is the new
+    # cache, beside the one passed in, and the caller's takes the passed-in one's name, dead by then
+    assert f"hidden_states, keys, values = {layer}(" in text, text
+    assert "new_past_key_values.append((keys, values))" in text, text
+    assert re.search(r"outputs, past_key_values = \w+\(", text), text  # (`transformer_outputs`)
+    assert not re.search(r"\b(keys|values|past_key_values)_\d", text), text
     assert '[(layer["keys"], layer["values"]) for layer in past_key_values["layers"]]' in text, text
     report = check_export(load_module(text), program, Entry(model, args, {}))
     assert report.ok and "['past_key_values']['layers'][1]['values']" in report.table(), report.table()

@@ -122,3 +122,31 @@ def test_a_returned_cache_is_named_as_the_cache():
     assert layer.rstrip().endswith("return hidden_states, keys, values"), layer
     mlp = _def(text, "llama_mlp_forward")
     assert "act_fn_times_up_proj = act_fn * (" in mlp, mlp
+
+
+class _Writes(torch.nn.Module):
+    """Parts of a value written into another (`d[:, 1:3] = h[:, :2]`) and read (`h[:, -1]`): each part
+    is a value of its own, never the whole under torch's name for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.proj(x)
+        d = torch.zeros_like(h)
+        d[:, 1:3] = h[:, :2]
+        return d + h, torch.tanh(h[:, -1]) * h[:, 0]
+
+
+def test_a_part_of_a_value_is_never_named_as_the_whole():
+    torch.manual_seed(0)
+    model, args = _Writes().eval(), (torch.randn(3, 4),)
+    program = lower(capture(model, *args))
+    text = render_program(program, source="test")
+    body = _def(text, "forward")
+    bound = re.findall(r"^    (\w+) = ", body, flags=re.M)
+    assert bound.count("h") == 1 and not any(re.fullmatch(r"h_\d+", n) for n in bound), text
+    assert "h_slice = h[:, :2]" in body or "h[:, :2]" in body, text  # its own name, or read in place
+    report = check_export(load_module(text), program, Entry(model, args, {}))
+    assert report.ok, report.table()

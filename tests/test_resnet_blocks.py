@@ -92,6 +92,8 @@ def test_a_branch_some_blocks_take_is_an_if_else_reading_the_config(style, downs
     assert report.ok, report.table()
     code = re.sub(r"class Config:.*?\n\n\n", "", text, flags=re.S)  # the defs and classes but `Config`
     assert "1e-05" not in code and "0.001" not in code, code  # every `eps` read from the config
+    if downsample_eps != 1e-5:  # the downsample's own is named for it, not numbered
+        assert "downsample_eps: float = 0.001" in text and "eps_2" not in text, text
     if style == "functional":
         assert re.search(r"\n( +)if downsample:\n(?:\1 .*\n)+\1else:\n\1    shortcut = x\n", text), text
     else:

@@ -8,11 +8,15 @@ import ast
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jaxside.annotate.check import load_module
+from jaxside.annotate.check import check_export, load_module
+from jaxside.annotate.check_modules import runner
+from jaxside.annotate.export import module_source
+from jaxside.annotate.loading import Entry
 from jaxside.render.ir import Fold, Function, Statement, fold
 from jaxside.render.layout import MODULE_WIDTH
 from jaxside.render.lower import lower
@@ -103,3 +107,22 @@ def test_a_part_is_named_only_where_that_takes_fewer_lines():
         "w = outer_function(part_c_value, x, x, x, x, x, x, x, x, x, x, x, x, x)",
         "part_d_value = outer_function(part_d(x, x, x, x, x, x, x, x, x, x), x, x, x, x, x, x, x, x, x, x)",
     ]
+
+
+@pytest.mark.parametrize("style", ["nnx", "equinox"])
+def test_a_class_style_folds_back_a_part_its_shorter_lines_fit(style):
+    """`unfold` decides at the functional export's lines (`params["mlp"]` reads, indent 4); a
+    method reads `self.mlp` at indent 8, and takes back a part that fits there."""
+    torch.manual_seed(0)
+    model, args = _Residual().eval(), (torch.randn(2, 8, 16), torch.randn(8, 8))
+    program = lower(capture(model, *args))
+    functional = render_program(program, source="test")
+    assert "mlp_norm_hidden_states = norm_forward(" in functional, functional
+    text = module_source(program, "test", style, model)
+    lines = [line.strip() for line in text.splitlines()]
+    assert "mlp_norm_hidden_states" not in text, text
+    assert "mlp = self.mlp(self.mlp_norm(hidden_states), hidden_states)" in lines, text
+    # folded back, `return jax.nn.softmax(...) @ hidden_states` would be split still: kept apart
+    assert "return softmax @ hidden_states" in lines, text
+    report = check_export(load_module(text), program, Entry(model, args, {}), run=runner(style))
+    assert report.ok, report.table()

@@ -24,6 +24,9 @@ class ConfigField:
     attribute: str
     module_type: str = ""
     nodes: list[ast.Attribute] = field(default_factory=list)
+    owners: set[str] = field(default_factory=set)
+    """The children of their modules the number is read from (`downsample` for
+    `self.downsample[1].eps`, "" for the module's own), which tell two values of one class apart."""
 
 
 class Fields:
@@ -62,6 +65,7 @@ class Fields:
         node.value = named(owner.config)
         node.attr = found.name
         found.nodes.append(node)
+        found.owners.add("_".join(p for p in path.split(".")[:-1] if not is_index(p)))
 
     def declared(self, classes: dict[str, str]) -> list[ConfigField]:
         """The fields, in order of first use; a name with two values prefixed by its class."""
@@ -72,6 +76,7 @@ class Fields:
         for f in fields:
             if counts[f.name] > 1:
                 f.name = f"{classes.get(f.module_type, f.module_type.lower())}_{f.name}"
+        _by_child(fields)
         seen: dict[str, int] = {}
         for f in fields:  # still twice (one class, two values): numbered
             seen[f.name] = seen.get(f.name, 0) + 1
@@ -80,6 +85,22 @@ class Fields:
             for node in f.nodes:
                 node.attr = f.name
         return fields
+
+
+def _by_child(fields: list[ConfigField]) -> None:
+    """Where one name still has two values, a value read from one child only (a ResNet block's
+    `self.downsample[1].eps`) is named for it (`downsample_eps`), the others keep the name."""
+    names = {f.name for f in fields}
+    for name in sorted(names):
+        alike = [f for f in fields if f.name == name]
+        if len(alike) < 2:
+            continue
+        for f in alike:
+            (child,) = f.owners if len(f.owners) == 1 else ("",)
+            own = f"{child}_{f.attribute.rsplit('.', 1)[-1]}"
+            if child and own not in names and not any(g.owners == f.owners for g in alike if g is not f):
+                f.name = own
+                names.add(own)
 
 
 def thread_config(program: Program) -> None:

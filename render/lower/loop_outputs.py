@@ -173,6 +173,12 @@ def list_base(
     return element + "s"
 
 
+def filled_name(base: str, params: list[str]) -> str:
+    """The name of a list the loop fills: its base, `new_` before it where a parameter of the def
+    has that name (the cache passed in, which the loop reads as it fills the new one)."""
+    return f"new_{base}" if base in params else base
+
+
 def _torch_argument(later: list[Statement], node: ast.expr) -> str | None:
     for statement in later:
         for call in ast.walk(statement.value):

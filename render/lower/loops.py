@@ -46,6 +46,7 @@ from jaxside.render.lower.loop_outputs import (
     append,
     cache_argument,
     collected_lists,
+    filled_name,
     list_base,
     plain_callers,
     replaced,
@@ -85,6 +86,8 @@ class Plan:
     pattern: Pattern
     names: list[str] = field(default_factory=list)
     """The names of the lists the loop fills (`pattern.collected`'s), once made."""
+    bases: list[str] = field(default_factory=list)
+    """What each list is named for (`past_key_values`), which its def's callers name theirs."""
 
     @property
     def end(self) -> int:
@@ -118,9 +121,9 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
         loop, before = _make_loop(ctx, function, body, plan)
         body[plan.start : plan.end] = [*before, loop]
         done = plan.start + len(before) + 1
-        for collected, name in zip(plan.pattern.collected, plan.names):
+        for collected, base in zip(plan.pattern.collected, plan.bases):
             if collected.span is not None and isinstance(old_returns, ast.Tuple):
-                adapt_callers(functions, function, collected.span, plan.count, name)
+                adapt_callers(functions, function, collected.span, plan.count, base)
                 first_extra = None  # the returned items are no longer the callers' flat run
         if plan.pattern.inputs is not None:
             lengths = input_lengths(functions[0], [i.name for i in ctx.trace.inputs if i.kind == "arg"])
@@ -215,10 +218,8 @@ def _make_loop(
     canon, aliases = _carried(function.scope, plan.pattern, anchor)
     renames = _rename(module, plan.pattern, canon)
     later = body[plan.end :]
-    plan.names = [
-        function.scope.fresh(list_base(later, function.returns, c, element, anchor.site), "local")
-        for c in plan.pattern.collected
-    ]
+    plan.bases = [list_base(later, function.returns, c, element, anchor.site) for c in plan.pattern.collected]
+    plan.names = [function.scope.fresh(filled_name(base, function.params), "local") for base in plan.bases]
     loop_body = _loop_body(segments, module, canon, plan, renames)
     before = aliases + [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in plan.names]
     _after_loop(function, later, plan, canon)

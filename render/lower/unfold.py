@@ -30,7 +30,7 @@ import copy
 import re
 from collections.abc import Iterator
 
-from jaxside.render.ir import Define, Fold, Function, Guard, Loop, Statement, fold_of, named
+from jaxside.render.ir import Define, Fold, Function, Guard, Loop, Statement, fold_of, named, unfolded
 from jaxside.render.layout import MODULE_WIDTH, format_statement
 from jaxside.render.lower.places import place_under, put
 
@@ -93,6 +93,7 @@ def _split(
     put(parent, field, index, named(name))
     eqns = [e for e in fold.eqns if e in statement.eqns] if statement.eqns else list(fold.eqns)
     first = Statement([name], part, eqns, fold.site, fold.call, when=copy.deepcopy(statement.when))
+    unfolded(part, mark=True)
     rest = _with_value(statement, value, [e for e in statement.eqns if e not in eqns])
     return _split(function, first, indent, width) + _split(function, rest, indent, width, kind)
 

@@ -23,9 +23,13 @@ from jaxside.render.styles.reading import (
     loop_modules,
     walk,
 )
+from jaxside.render.styles.refold import refold
 from jaxside.render.styles.tree import Flag, Node, StyleError, Tree
 
 __all__ = ["Framework", "Writer"]
+
+_BODY_INDENT = 8
+"""A method's statements' indent (`render.styles.classes` writes its methods at 4)."""
 
 
 class Framework(Protocol):
@@ -103,7 +107,8 @@ class Writer:
         self._current = function
         node = self.tree.nodes[function.calls[0].module_path or ""]
         scope = _Scope(loop_aliases(function, node, self.tree), self._state_names(function))
-        body = [s for s in (self._statement(s, function, scope) for s in function.body) if s is not None]
+        written = [(s, self._statement(s, function, scope)) for s in function.body]
+        pairs = [(s, styled) for s, styled in written if styled is not None]
         returns = copy.deepcopy(function.returns)
         updates: list[Statement] = []
         if function.calling.state_out and isinstance(returns, ast.Tuple) and len(returns.elts) == 2:
@@ -112,9 +117,10 @@ class Writer:
         returns = self._expr(returns, function, scope) if returns is not None else None
         if self._gives_state(function):
             returns = ast.Tuple([returns or ast.Constant(None), named("state")], ast.Load())
+        body, returns = refold(pairs + [(u, u) for u in updates], returns, _BODY_INDENT)
         skip = int(function.calling.uses_params) + int(function.calling.uses_state)
         params = ["self", *function.params[skip:], *(["state"] if self._takes_state(function) else [])]
-        tree = Function(self.method_name(function), function.calls, params, body + updates, returns,
+        tree = Function(self.method_name(function), function.calls, params, body, returns,
                         function.scope, doc=function.doc).node()
         tree = _unclashed(tree, function, self.module_names | {k.name for k in self.tree.classes()})
         gone = {"params"} | scope.state_names | (set() if self.framework.threads_state else {"state"})

@@ -165,8 +165,7 @@ class FeedForward(eqx.Module):
 
         Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.
         """
-        silu = jax.nn.silu(x @ self.w1.weight.T)
-        silu_times_w3 = silu * (x @ self.w3.weight.T)
+        silu_times_w3 = jax.nn.silu(x @ self.w1.weight.T) * (x @ self.w3.weight.T)
         return silu_times_w3 @ self.w2.weight.T
 
 
@@ -187,8 +186,7 @@ class TransformerBlock(eqx.Module):
             self.attention_norm(x), freqs_cis, mask, input_pos, state
         )
         h = x + attention
-        ffn_norm_h = self.ffn_norm(h)
-        out = h + self.feed_forward(ffn_norm_h)
+        out = h + self.feed_forward(self.ffn_norm(h))
         return out, state
 
 
@@ -211,8 +209,7 @@ class Transformer(eqx.Module):
         x = jnp.take(self.tok_embeddings.weight, idx, axis=0)
         for layer in self.layers:
             x, state = layer(x, input_pos, freqs_cis, mask, state)
-        norm_x = self.norm(x)
-        return norm_x @ self.output.weight.T, state
+        return self.norm(x) @ self.output.weight.T, state
 
 
 def apply_rotary_emb(x, freqs_cis):

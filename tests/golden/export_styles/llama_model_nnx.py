@@ -73,8 +73,7 @@ class Transformer(nnx.Module):
         x = self.tok_embeddings(idx)
         for layer in self.layers:
             x = layer(x, input_pos, freqs_cis, mask)
-        norm_x = self.norm(x)
-        return self.output(norm_x)
+        return self.output(self.norm(x))
 
 
 class TransformerBlock(nnx.Module):
@@ -93,8 +92,7 @@ class TransformerBlock(nnx.Module):
         """
         attention = self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)
         h = x + attention
-        ffn_norm_h = self.ffn_norm(h)
-        out = h + self.feed_forward(ffn_norm_h)
+        out = h + self.feed_forward(self.ffn_norm(h))
         return out
 
 
@@ -203,8 +201,7 @@ class FeedForward(nnx.Module):
 
         Shared by 2 calls: `layers.0.feed_forward` ... `layers.1.feed_forward`.
         """
-        silu = jax.nn.silu(self.w1(x))
-        silu_times_w3 = silu * self.w3(x)
+        silu_times_w3 = jax.nn.silu(self.w1(x)) * self.w3(x)
         return self.w2(silu_times_w3)
 
 
