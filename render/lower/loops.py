@@ -51,6 +51,7 @@ from jaxside.render.lower.loop_outputs import (
     replaced,
     returned_span,
 )
+from jaxside.render.lower.loop_reads import argument_names, own_reads, zip_reads
 from jaxside.render.lower.places import positions, put
 from jaxside.render.names import Scope, snake
 
@@ -71,6 +72,8 @@ class Pattern:
     a def's returned run of per-layer cache entries): the lists the loop fills."""
     inputs: Inputs | None = None
     """Parameters of the def each segment reads its own of (a cache passed in): one list zipped in."""
+    reads: dict[str, list[str]] = field(default_factory=dict)
+    """Values bound before the run each segment reads a different one of (`loop_reads`)."""
 
 
 @dataclass
@@ -115,7 +118,7 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
             params = []  # a call the list cannot be passed to: no loop takes the inputs
             continue
         old_returns = function.returns
-        loop, before = _make_loop(ctx, function, body, plan)
+        loop, before = _make_loop(ctx, function, body, plan, functions)
         body[plan.start : plan.end] = [*before, loop]
         done = plan.start + len(before) + 1
         for collected, name in zip(plan.pattern.collected, plan.names):
@@ -198,7 +201,7 @@ def _module_name(anchor: Statement) -> str | None:
 
 
 def _make_loop(
-    ctx: Context, function: Function, body: list[Statement], plan: Plan
+    ctx: Context, function: Function, body: list[Statement], plan: Plan, functions: list[Function]
 ) -> tuple[Loop, list[Statement]]:
     """The loop a run is, and the statements to put before it (aliases of carried names, the
     empty lists it fills); the code after the run is rewritten to read what the loop left."""
@@ -212,6 +215,11 @@ def _make_loop(
         name = function.scope.fresh(cache_argument(anchor.site) or f"{element}_inputs", "argument")
         header_target, iterable = zipped(header_target, iterable, inputs, name)
         take_as_list(function, inputs, name)
+    func = anchor.value.func if isinstance(anchor.value, ast.Call) else None
+    callee = next((f for f in functions if isinstance(func, ast.Name) and f.name == func.id), None)
+    header_target, iterable, lists = zip_reads(
+        function, plan.pattern.reads, module, (header_target, iterable),
+        argument_names(anchor.value, callee), anchor.site)
     canon, aliases = _carried(function.scope, plan.pattern, anchor)
     renames = _rename(module, plan.pattern, canon)
     later = body[plan.end :]
@@ -220,7 +228,7 @@ def _make_loop(
         for c in plan.pattern.collected
     ]
     loop_body = _loop_body(segments, module, canon, plan, renames)
-    before = aliases + [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in plan.names]
+    before = lists + aliases + [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in plan.names]
     _after_loop(function, later, plan, canon)
     main = loop_body[plan.anchor]
     loop = Loop(
@@ -428,14 +436,19 @@ def _match(
                 if j > 1 and forms[1][1][k] != ("ext", defined[0][m]):
                     return None
             elif use != use0:
-                if not (kind == "ext" and use0[0] == "ext" and value in params and use0[1] in params):
+                if kind != "ext" or use0[0] != "ext":
                     return None
+                if value not in params or use0[1] not in params:
+                    continue  # a value bound before the run (`own_reads`)
                 names = varying.setdefault(use0[1], [use0[1]] + [""] * (len(forms) - 1))
                 if names[j] not in ("", value):
                     return None
                 names[j] = value
     inputs = layout(varying, params)
     if varying and (inputs is None or not _own_inputs(forms, inputs)):
+        inputs = None  # then they are values read differently (`own_reads`), or no loop
+    reads = own_reads([f[1] for f in forms], defined, carries, inputs)
+    if reads is None:
         return None
     progressions = even_steps([f[2] for f in forms])
     if progressions is None:
@@ -463,7 +476,7 @@ def _match(
         return None
     if inputs is not None and read_outside(inputs, after):
         return None
-    return Pattern(defined, carries, progressions, collected, inputs)
+    return Pattern(defined, carries, progressions, collected, inputs, reads)
 
 
 def _own_inputs(forms: list[tuple[str, list[tuple[str, str]], list[int], list[str]]], inputs: Inputs) -> bool:
