@@ -24,6 +24,7 @@ import ast
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from jaxside.render.ir import Function, Loop, Statement, named
 from jaxside.render.lower.places import positions, put
@@ -45,6 +46,8 @@ class Collected:
     """The nodes the lists are made of (reading the earlier segments' names there is fine)."""
     span: tuple[int, int] | None = None
     """For a def's flat run of returned values: the items `returns.elts[a:b]` it replaces."""
+    order: list[int] = field(default_factory=list)
+    """For such a run: its items (from `a`) in the loop's order, segment by segment."""
 
 
 def unique_names(defined: list[list[str]]) -> list[dict[str, int]]:
@@ -119,28 +122,50 @@ def collected_lists(
 
 
 def returned_span(returns: ast.expr, first: int, defined: list[list[str]]) -> Collected | None:
-    """The run of `returns.elts[first:]` that is every segment's names in turn (`keys, values,
-    keys_1, values_1`): one tuple per segment (the name alone for one name)."""
+    """The run of `returns.elts[first:]` that is every segment's names (`keys, values, keys_1,
+    values_1`): one tuple per segment (the name alone for one name). The items may come in another
+    order (Gemma 2's `keys, values, value_states, k_embed, ...`: the entry's output reads its full
+    attention layers' first): each segment's the same names, in the order of the first listed."""
     if not isinstance(returns, ast.Tuple):
         return None
     groups = unique_names(defined)
+    owner = {name: (j, m) for j, group in enumerate(groups) for name, m in group.items()}
     elts = returns.elts
-    start = next((i for i in range(first, len(elts)) if _name_of(elts[i]) in groups[0]), None)
+    start = next((i for i in range(first, len(elts)) if _name_of(elts[i]) in owner), None)
     if start is None:
         return None
-    size = 0
-    while start + size < len(elts) and _name_of(elts[start + size]) in groups[0]:
-        size += 1
-    end = start + size * len(defined)
-    if end > len(elts):
+    end = start
+    while end < len(elts) and _name_of(elts[end]) in owner:
+        end += 1
+    found = [owner[cast(str, _name_of(e))] for e in elts[start:end]]
+    per: dict[int, list[int]] = {}
+    for j, m in found:
+        per.setdefault(j, []).append(m)
+    ordered = per[found[0][0]]
+    if sorted(per) != list(range(len(defined))) or any(sorted(p) != sorted(ordered) for p in per.values()):
         return None
-    items = [elts[start + j * size : start + (j + 1) * size] for j in range(len(defined))]
+    size = len(ordered)
+    order = [found.index((j, m)) for j in range(len(defined)) for m in ordered]
+    items = [[elts[start + i] for i in order[j * size : (j + 1) * size]] for j in range(len(defined))]
     elements = [e[0] if size == 1 else ast.Tuple(list(e), ast.Load()) for e in items]
     collected = element_template(elements, groups, lambda name: False)
     if collected is None:
         return None
-    collected.elements, collected.span = elts[start:end], (start, end)
+    collected.elements, collected.span, collected.order = elts[start:end], (start, end), order
     return collected
+
+
+def reorder_callers(functions: list[Function], callee: Function, collected: Collected) -> None:
+    """Each caller of `callee` unpacks the items of the run `collected.span` in the loop's order."""
+    assert collected.span is not None
+    start, end = collected.span
+    for function in functions:
+        for statement in function.body:
+            items = _target_items(statement) if _calls(statement, callee.name) else None
+            if items is None:
+                continue
+            items[start:end] = [items[start + i] for i in collected.order]
+            statement.target = ast.Tuple(items, ast.Store())
 
 
 def _name_of(node: ast.expr) -> str | None:

@@ -48,6 +48,7 @@ from jaxside.render.lower.loop_outputs import (
     collected_lists,
     list_base,
     plain_callers,
+    reorder_callers,
     replaced,
     returned_span,
 )
@@ -123,6 +124,7 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
         done = plan.start + len(before) + 1
         for collected, name in zip(plan.pattern.collected, plan.names):
             if collected.span is not None and isinstance(old_returns, ast.Tuple):
+                reorder_callers(functions, function, collected)
                 adapt_callers(functions, function, collected.span, plan.count, name)
                 first_extra = None  # the returned items are no longer the callers' flat run
         if plan.pattern.inputs is not None:
