@@ -175,3 +175,47 @@ def test_a_caller_reads_the_collected_entries_as_a_list_or_unpacks_them(doubled)
         assert "h, cache = stack_forward(params[\"stack\"], x)\n    return h, cache\n" in text, text
     report = check_export(load_module(text), program, Entry(model, (x,), {}))
     assert report.ok and "[1][2]" in report.table(), report.table()
+
+
+@functools.cache
+def gemma2() -> tuple[torch.nn.Module, torch.Tensor, Any, str]:
+    """A tiny Gemma 2 of 4 layers, sliding-window and full attention alternating."""
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                       max_position_embeddings=16, sliding_window=3)
+    assert config.layer_types[:2] == ["sliding_attention", "full_attention"]
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    ids = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(0))
+    program = lower(Capture()(model, ids))
+    return model, ids, program, render_program(program, source="test")
+
+
+def test_layers_reading_alternating_masks_loop_over_a_list_of_them():
+    """Each Gemma 2 layer reads its own type's mask: the loop zips the layers with the list of the
+    masks they read, built before it; the cache entries, returned full layers' first, come back in
+    layer order. Exact against torch, logits and every cache entry."""
+    model, ids, program, text = gemma2()
+    loops, layer = layer_calls(program, 4)
+    assert len(loops) == 1 and len(loops[0].calls) == 4 and text.count(f"{layer}(") == 2, text
+    masks = re.search(r"(\w+) = \[(\w+), (\w+), \2, \3\]\n", text)
+    assert masks and masks.group(2) != masks.group(3), text
+    assert f'for decoder_layer, attention_mask in zip(params["layers"], {masks.group(1)}):' in text, text
+    module = load_module(text)
+    got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
+    with torch.no_grad():
+        want = model(ids)
+    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
+    layers = got["past_key_values"]["layers"]
+    for mine, theirs in zip(layers, want.past_key_values.layers, strict=True):
+        np.testing.assert_allclose(mine["keys"], theirs.keys.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mine["values"], theirs.values.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("style", ["nnx", "equinox"])
+def test_the_mask_list_loop_in_class_styles(style):
+    model, ids, program, _ = gemma2()
+    text = module_source(program, "test", style, model)
+    assert re.search(r"for decoder_layer, attention_mask in zip\(self\.layers, \w+\):", text), text
+    report = check_export(load_module(text), program, Entry(model, (ids,), {}), run=runner(style))
+    assert report.ok and "['past_key_values']['layers'][3]['keys']" in report.table(), report.table()
