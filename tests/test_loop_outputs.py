@@ -181,9 +181,9 @@ def test_a_caller_reads_the_collected_entries_as_a_list_or_unpacks_them(doubled)
 def gemma2() -> tuple[torch.nn.Module, torch.Tensor, Any, str]:
     """A tiny Gemma 2 of 4 layers, sliding-window and full attention alternating."""
     torch.manual_seed(0)
-    config = transformers.Gemma2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
-                                       num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                                       max_position_embeddings=16, sliding_window=3)
+    config = transformers.Gemma2Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=4, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=16, sliding_window=3)
     assert config.layer_types[:2] == ["sliding_attention", "full_attention"]
     model = transformers.Gemma2ForCausalLM(config).eval()
     ids = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(0))

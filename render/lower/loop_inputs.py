@@ -65,11 +65,14 @@ def zipped(target: ast.expr, iterable: ast.expr, inputs: Inputs, name: str) -> t
     return zip_with(target, iterable, _pack([names[0] for names in inputs.slots], ast.Store()), named(name))
 
 
-def zip_with(target: ast.expr, iterable: ast.expr, item: ast.expr, listed: ast.expr) -> tuple[ast.expr, ast.expr]:
+def zip_with(
+    target: ast.expr, iterable: ast.expr, item: ast.expr, listed: ast.expr
+) -> tuple[ast.expr, ast.expr]:
     """The loop's header with one more list zipped in, its elements read as `item`."""
     if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "zip":
         assert isinstance(target, ast.Tuple)  # a zip's target is one name per list
-        return ast.Tuple([*target.elts, item], ast.Store()), ast.Call(iterable.func, [*iterable.args, listed], [])
+        lists = [*iterable.args, listed]
+        return ast.Tuple([*target.elts, item], ast.Store()), ast.Call(iterable.func, lists, [])
     return ast.Tuple([target, item], ast.Store()), ast.Call(named("zip"), [iterable, listed], [])
 
 

@@ -29,6 +29,7 @@ from jaxside.render.lower.loop_headers import (
     list_length,
     list_name,
     range_header,
+    sliced,
 )
 from jaxside.render.lower.loop_inputs import (
     Inputs,
@@ -259,14 +260,15 @@ def _header(
     varying = [(node, v0, step) for node, (v0, step) in counting if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
     torch_index, torch_element = torch_source.loop_names(source)
+    skipped = varying[0][1] if varying else 0  # `for block in params["block"][1:]` after block 0's own def
     by_list = all(
-        v0 == 0 and step == 1 and list_length(ctx, function, places, node) == plan.count
+        v0 == skipped >= 0 and step == 1 and list_length(ctx, function, places, node) == skipped + plan.count
         for node, v0, step in varying
     )
     if not (varying and by_list):
         return range_header(scope, varying, places, torch_index or "i", plan.count)
     subscripted = [indexed_list(places, node).value for node, _, _ in varying]
-    if torch_index and torch_element and len({ast.dump(node) for node in subscripted}) > 1:
+    if torch_index and torch_element and len({ast.dump(node) for node in subscripted}) > 1 and not skipped:
         # `for i, block in enumerate(self.blocks): ... self.gates[i]`: torch's own form.
         main = _enumerated(source, subscripted)
         index_name, element_name = scope.fresh(torch_index, "loop"), scope.fresh(torch_element, "loop")
@@ -280,8 +282,9 @@ def _header(
         return ast.Tuple(pair, ast.Store()), ast.Call(named("enumerate"), [copy.deepcopy(main)], [])
     element = torch_element or _module_name(anchor) or "item"
     zipped = torch_source.zipped_names(source)
-    return list_header(scope, varying, places, lambda indexed, another: list_name(
+    target, iterable = list_header(scope, varying, places, lambda indexed, another: list_name(
         indexed, element, zipped, another))
+    return target, sliced(iterable, skipped)
 
 
 def _carried(scope: Scope, pattern: Pattern, anchor: Statement) -> tuple[dict[int, str], list[Statement]]:
