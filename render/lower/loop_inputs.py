@@ -51,6 +51,16 @@ def layout(varying: dict[str, list[str]], params: list[str]) -> Inputs | None:
     return Inputs(start, slots)
 
 
+def own_inputs(uses: list[list[tuple[str, str]]], inputs: Inputs) -> bool:
+    """Whether each segment (its name `uses`) reads of the inputs only its own (segment 1 never
+    reads `keys`)."""
+    slot_of = {name: (i, j) for i, names in enumerate(inputs.slots) for j, name in enumerate(names)}
+    return all(
+        slot_of[value][1] == j
+        for j, form in enumerate(uses) for kind, value in form if kind == "ext" and value in slot_of
+    )
+
+
 def read_outside(inputs: Inputs, statements: Sequence[ast.AST]) -> bool:
     """Whether any of `statements` (the code outside the run) reads one of the inputs."""
     names = {name for names in inputs.slots for name in names}

@@ -36,6 +36,7 @@ from jaxside.render.lower.loop_inputs import (
     call_statements,
     input_lengths,
     layout,
+    own_inputs,
     pass_as_list,
     read_outside,
     take_as_list,
@@ -43,15 +44,17 @@ from jaxside.render.lower.loop_inputs import (
 )
 from jaxside.render.lower.loop_outputs import (
     Collected,
+    Earlier,
     adapt_callers,
     append,
     cache_argument,
     collected_lists,
     list_base,
+    made_before,
     plain_callers,
     reorder_callers,
     replaced,
-    returned_span,
+    returned_spans,
 )
 from jaxside.render.lower.loop_reads import argument_names, own_reads, zip_reads
 from jaxside.render.lower.places import positions, put
@@ -113,7 +116,7 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
     first_extra = _first_extra(function, functions)
     params = function.params if function is not functions[0] else []  # the entry's are the user's
     while True:
-        plan = _find_run(body, done, function.returns, defs, first_extra, params)
+        plan = _find_run(body, done, function.returns, defs, first_extra, params, function.value_shapes)
         if plan is None:
             break
         if plan.pattern.inputs is not None and not call_statements(functions, function):
@@ -126,7 +129,7 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
         for collected, name in zip(plan.pattern.collected, plan.names):
             if collected.span is not None and isinstance(old_returns, ast.Tuple):
                 reorder_callers(functions, function, collected)
-                adapt_callers(functions, function, collected.span, plan.count, name)
+                adapt_callers(functions, function, collected.span, plan.count + len(collected.prefix), name)
                 first_extra = None  # the returned items are no longer the callers' flat run
         if plan.pattern.inputs is not None:
             lengths = input_lengths(functions[0], [i.name for i in ctx.trace.inputs if i.kind == "arg"])
@@ -164,7 +167,7 @@ def _first_extra(function: Function, functions: list[Function]) -> int | None:
 
 def _find_run(
     body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str], first_extra: int | None,
-    params: list[str],
+    params: list[str], shapes: dict[str, tuple[int, ...]],
 ) -> Plan | None:
     anchors: dict[str, list[int]] = {}
     for index in range(done, len(body)):
@@ -187,7 +190,10 @@ def _find_run(
             after = [s.node() for s in body[start + len(calls) * length :]]
             if returns is not None:
                 after.append(ast.Return(returns))
-            pattern = _match(segments, after, first_extra if returns is not None else None, params)
+            extra = None
+            if returns is not None and first_extra is not None:
+                extra = (first_extra, made_before(body, start, shapes))
+            pattern = _match(segments, after, extra, params)
             if pattern is not None and pattern.inputs is not None:
                 if read_outside(pattern.inputs, [s.node() for s in body[:start]]):
                     continue
@@ -226,12 +232,18 @@ def _make_loop(
     canon, aliases = _carried(function.scope, plan.pattern, anchor)
     renames = _rename(module, plan.pattern, canon)
     later = body[plan.end :]
-    plan.names = [
-        function.scope.fresh(list_base(later, function.returns, c, element, anchor.site), "local")
-        for c in plan.pattern.collected
-    ]
+    collected = plan.pattern.collected
+    site = anchor.site
+    names = {  # named in the order the def returns them (`past_key_values`, `past_key_values_1`)
+        k: function.scope.fresh(list_base(later, function.returns, collected[k], element, site), "local")
+        for k in sorted(range(len(collected)), key=lambda k: collected[k].span or (-1, -1))
+    }
+    plan.names = [names[k] for k in range(len(collected))]
     loop_body = _loop_body(segments, module, canon, plan, renames)
-    before = lists + aliases + [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in plan.names]
+    before = lists + aliases + [
+        Statement([n], ast.List(copy.deepcopy(c.prefix), ast.Load()), [], anchor.site)
+        for c, n in zip(plan.pattern.collected, plan.names)
+    ]
     _after_loop(function, later, plan, canon)
     main = loop_body[plan.anchor]
     loop = Loop(
@@ -418,7 +430,8 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
 
 
 def _match(
-    segments: list[list[Statement]], after: list[ast.stmt], first_extra: int | None, params: list[str]
+    segments: list[list[Statement]], after: list[ast.stmt], extra: tuple[int, Earlier] | None,
+    params: list[str],
 ) -> Pattern | None:
     """How the segments are one loop body: carried names, integer progressions, the lists the
     code after them reads (`after` ends in the def's return; from `first_extra` on, its items may
@@ -450,7 +463,7 @@ def _match(
                     return None
                 names[j] = value
     inputs = layout(varying, params)
-    if varying and (inputs is None or not _own_inputs(forms, inputs)):
+    if varying and (inputs is None or not own_inputs([f[1] for f in forms], inputs)):
         inputs = None  # then they are values read differently (`own_reads`), or no loop
     reads = own_reads([f[1] for f in forms], defined, carries, inputs)
     if reads is None:
@@ -464,10 +477,9 @@ def _match(
     bound.update(name for names in defined for name in names)
     collected = collected_lists(later, defined, lambda name: name not in bound)  # read before the run
     last = after[-1] if after else None
-    if first_extra is not None and isinstance(last, ast.Return) and last.value is not None:
+    if extra is not None and isinstance(last, ast.Return) and last.value is not None:
         if not any(node is last.value for c in collected for node in c.nodes):
-            span = returned_span(last.value, first_extra, defined)
-            collected += [span] if span is not None else []
+            collected += returned_spans(last.value, *extra[:1], defined, extra[1])
     earlier = {name: m for d in defined[:-1] for m, name in enumerate(d)}
     allowed = {id(n) for c in collected for e in c.elements for n in ast.walk(e)}
     for node in ast.walk(later):
@@ -482,12 +494,3 @@ def _match(
     if inputs is not None and read_outside(inputs, after):
         return None
     return Pattern(defined, carries, progressions, collected, inputs, reads)
-
-
-def _own_inputs(forms: list[tuple[str, list[tuple[str, str]], list[int], list[str]]], inputs: Inputs) -> bool:
-    """Whether each segment reads of the inputs only its own (segment 1 never reads `keys`)."""
-    slot_of = {name: (i, j) for i, names in enumerate(inputs.slots) for j, name in enumerate(names)}
-    return all(
-        slot_of[value][1] == j
-        for j, form in enumerate(forms) for kind, value in form[1] if kind == "ext" and value in slot_of
-    )
