@@ -219,3 +219,23 @@ def test_the_mask_list_loop_in_class_styles(style):
     assert re.search(r"for decoder_layer, attention_mask in zip\(self\.layers, \w+\):", text), text
     report = check_export(load_module(text), program, Entry(model, (ids,), {}), run=runner(style))
     assert report.ok and "['past_key_values']['layers'][3]['keys']" in report.table(), report.table()
+
+
+def test_t5_blocks_after_the_first_loop_over_the_rest_of_the_list():
+    """T5's block 0 computes the position bias (a def of its own); blocks 1.. loop over
+    `params["block"][1:]`, in the encoder and in the decoder, whose self- and cross-attention
+    caches are each one list, led by block 0's entries. Exact against torch, every cache entry."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=3, num_heads=2,
+                                   decoder_start_token_id=0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    ids = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(0))
+    kwargs = {"decoder_input_ids": torch.randint(0, 32, (1, 3), generator=torch.Generator().manual_seed(1))}
+    program = lower(Capture()(model, ids, **kwargs))
+    text = render_program(program, source="test")
+    assert text.count('for layer_module in params["block"][1:]:') == 2, text
+    assert re.search(r"(\w+) = \[\(keys, values\)\]\n", text), text  # block 0's self-attention entries
+    assert re.search(r"for \w+, \w+ in \w+\s*\]", text), text  # the caller's comprehension
+    report = check_export(load_module(text), program, Entry(model, (ids,), kwargs))
+    table = report.table()
+    assert report.ok and "['cross_attention_cache']" in table and "['layers'][2]['values']" in table, table
