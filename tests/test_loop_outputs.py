@@ -63,6 +63,20 @@ def layer_calls(program: Any, layers: int = LAYERS) -> tuple[list[Loop], str]:
     return loops, layer.name
 
 
+def matches_torch(text: str, model: torch.nn.Module, ids: torch.Tensor) -> Any:
+    """Runs the export; its logits and every cache entry are torch's. Its cache's layers."""
+    module = load_module(text)
+    got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
+    with torch.no_grad():
+        want = model(ids)
+    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
+    layers = got["past_key_values"]["layers"]
+    for mine, theirs in zip(layers, want.past_key_values.layers, strict=True):
+        np.testing.assert_allclose(mine["keys"], theirs.keys.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mine["values"], theirs.values.numpy(), rtol=1e-5, atol=1e-6)
+    return layers
+
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_decoder_layers_at_the_default_call_are_one_loop_and_match_torch(kind):
     model, ids, program, text = exported(kind)
@@ -71,16 +85,8 @@ def test_decoder_layers_at_the_default_call_are_one_loop_and_match_torch(kind):
     assert text.count(f"{layer}(") == 2, text  # its def and the loop's one call, not one per layer
     assert "past_key_values.append(" in text, text
     assert re.search(r"for \w+, \w+ in past_key_values\s*\]", text), text  # the caller's comprehension
-    module = load_module(text)
-    got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
-    with torch.no_grad():
-        want = model(ids)
-    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
-    layers = got["past_key_values"]["layers"]
+    layers = matches_torch(text, model, ids)
     assert isinstance(layers, list) and len(layers) == LAYERS
-    for mine, theirs in zip(layers, want.past_key_values.layers, strict=True):
-        np.testing.assert_allclose(mine["keys"], theirs.keys.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(mine["values"], theirs.values.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_decoder_entry_fills_the_cache_structure_in_its_loop():
@@ -201,15 +207,7 @@ def test_layers_reading_alternating_masks_loop_over_a_list_of_them():
     masks = re.search(r"(\w+) = \[(\w+), (\w+), \2, \3\]\n", text)
     assert masks and masks.group(2) != masks.group(3), text
     assert f'for decoder_layer, attention_mask in zip(params["layers"], {masks.group(1)}):' in text, text
-    module = load_module(text)
-    got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
-    with torch.no_grad():
-        want = model(ids)
-    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
-    layers = got["past_key_values"]["layers"]
-    for mine, theirs in zip(layers, want.past_key_values.layers, strict=True):
-        np.testing.assert_allclose(mine["keys"], theirs.keys.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(mine["values"], theirs.values.numpy(), rtol=1e-5, atol=1e-6)
+    matches_torch(text, model, ids)
 
 
 @pytest.mark.parametrize("style", ["nnx", "equinox"])
