@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -128,10 +129,17 @@ Earlier = Callable[[str, str], bool]
 
 
 def made_before(body: list[Statement], start: int, shapes: dict[str, tuple[int, ...]]) -> Earlier:
-    """Names bound before the run at `start` only, of the shape of the segment's name."""
+    """Names bound before the run at `start` only, of the shape and the name of the segment's
+    (`keys` for `keys_2`; not for `value_states`, whose role it may not have: a list mixing the
+    orders of its items would be unreadable)."""
     before = {name for s in body[:start] for name in s.targets}
     before -= {name for s in body[start:] for name in s.targets}
-    return lambda name, mine: name in before and shapes.get(name, ()) == shapes.get(mine, ())
+
+    def like(name: str, mine: str) -> bool:
+        same = re.sub(r"_\d+$", "", name) == re.sub(r"_\d+$", "", mine)
+        return name in before and same and shapes.get(name, ()) == shapes.get(mine, ())
+
+    return like
 
 
 def returned_spans(
