@@ -63,6 +63,20 @@ def layer_calls(program: Any, layers: int = LAYERS) -> tuple[list[Loop], str]:
     return loops, layer.name
 
 
+def matches_torch(text: str, model: torch.nn.Module, ids: torch.Tensor) -> Any:
+    """Runs the export; its logits and every cache entry are torch's. Its cache's layers."""
+    module = load_module(text)
+    got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
+    with torch.no_grad():
+        want = model(ids)
+    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
+    layers = got["past_key_values"]["layers"]
+    for mine, theirs in zip(layers, want.past_key_values.layers, strict=True):
+        np.testing.assert_allclose(mine["keys"], theirs.keys.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mine["values"], theirs.values.numpy(), rtol=1e-5, atol=1e-6)
+    return layers
+
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_decoder_layers_at_the_default_call_are_one_loop_and_match_torch(kind):
     model, ids, program, text = exported(kind)
@@ -73,16 +87,8 @@ def test_decoder_layers_at_the_default_call_are_one_loop_and_match_torch(kind):
     assert "past_key_values.append((keys, values))" in text, text
     assert re.search(rf"hidden_states, keys, values = {layer}\(", text), text
     assert re.search(r"for \w+, \w+ in past_key_values\s*\]", text), text  # the caller's comprehension
-    module = load_module(text)
-    got = module.forward(module.load_params(model), jnp.asarray(ids.numpy()))
-    with torch.no_grad():
-        want = model(ids)
-    np.testing.assert_allclose(got["logits"], want.logits.numpy(), rtol=1e-5, atol=1e-6)
-    layers = got["past_key_values"]["layers"]
+    layers = matches_torch(text, model, ids)
     assert isinstance(layers, list) and len(layers) == LAYERS
-    for mine, theirs in zip(layers, want.past_key_values.layers, strict=True):
-        np.testing.assert_allclose(mine["keys"], theirs.keys.numpy(), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(mine["values"], theirs.values.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_decoder_entry_fills_the_cache_structure_in_its_loop():
@@ -185,3 +191,59 @@ def test_a_caller_reads_the_collected_entries_as_a_list_or_unpacks_them(doubled)
         assert "h, cache = stack_forward(params[\"stack\"], x)\n    return h, cache\n" in text, text
     report = check_export(load_module(text), program, Entry(model, (x,), {}))
     assert report.ok and "[1][2]" in report.table(), report.table()
+
+
+@functools.cache
+def gemma2() -> tuple[torch.nn.Module, torch.Tensor, Any, str]:
+    """A tiny Gemma 2 of 4 layers, sliding-window and full attention alternating."""
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=4, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=16, sliding_window=3)
+    assert config.layer_types[:2] == ["sliding_attention", "full_attention"]
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    ids = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(0))
+    program = lower(Capture()(model, ids))
+    return model, ids, program, render_program(program, source="test")
+
+
+def test_layers_reading_alternating_masks_loop_over_a_list_of_them():
+    """Each Gemma 2 layer reads its own type's mask: the loop zips the layers with the list of the
+    masks they read, built before it; the cache entries, returned full layers' first, come back in
+    layer order. Exact against torch, logits and every cache entry."""
+    model, ids, program, text = gemma2()
+    loops, layer = layer_calls(program, 4)
+    assert len(loops) == 1 and len(loops[0].calls) == 4 and text.count(f"{layer}(") == 2, text
+    masks = re.search(r"(\w+) = \[(\w+), (\w+), \2, \3\]\n", text)
+    assert masks and masks.group(2) != masks.group(3), text
+    assert f'for decoder_layer, attention_mask in zip(params["layers"], {masks.group(1)}):' in text, text
+    matches_torch(text, model, ids)
+
+
+@pytest.mark.parametrize("style", ["nnx", "equinox"])
+def test_the_mask_list_loop_in_class_styles(style):
+    model, ids, program, _ = gemma2()
+    text = module_source(program, "test", style, model)
+    assert re.search(r"for decoder_layer, attention_mask in zip\(self\.layers, \w+\):", text), text
+    report = check_export(load_module(text), program, Entry(model, (ids,), {}), run=runner(style))
+    assert report.ok and "['past_key_values']['layers'][3]['keys']" in report.table(), report.table()
+
+
+def test_t5_blocks_after_the_first_loop_over_the_rest_of_the_list():
+    """T5's block 0 computes the position bias (a def of its own); blocks 1.. loop over
+    `params["block"][1:]`, in the encoder and in the decoder, whose self- and cross-attention
+    caches are each one list, led by block 0's entries. Exact against torch, every cache entry."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32, num_layers=3, num_heads=2,
+                                   decoder_start_token_id=0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    ids = torch.randint(0, 32, (1, 6), generator=torch.Generator().manual_seed(0))
+    kwargs = {"decoder_input_ids": torch.randint(0, 32, (1, 3), generator=torch.Generator().manual_seed(1))}
+    program = lower(Capture()(model, ids, **kwargs))
+    text = render_program(program, source="test")
+    assert text.count('for layer_module in params["block"][1:]:') == 2, text
+    assert re.search(r"(\w+) = \[\(keys, values\)\]\n", text), text  # block 0's self-attention entries
+    assert re.search(r"for \w+, \w+ in \w+\s*\]", text), text  # the caller's comprehension
+    report = check_export(load_module(text), program, Entry(model, (ids,), kwargs))
+    table = report.table()
+    assert report.ok and "['cross_attention_cache']" in table and "['layers'][2]['values']" in table, table

@@ -54,6 +54,17 @@ def list_header(
     return target, iterable
 
 
+def sliced(iterable: ast.expr, start: int) -> ast.expr:
+    """The header's lists from `start` on (`params["block"][1:]`, each list of a `zip`)."""
+    if not start:
+        return iterable
+    def tail(node: ast.expr) -> ast.expr:
+        return ast.Subscript(node, ast.Slice(ast.Constant(start), None, None), ast.Load())
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "zip":
+        return ast.Call(iterable.func, [tail(a) for a in iterable.args], [])
+    return tail(iterable)
+
+
 def range_header(
     scope: Scope, varying: Varying, places: Places, index: str, count: int
 ) -> tuple[ast.expr, ast.expr]:

@@ -51,6 +51,16 @@ def layout(varying: dict[str, list[str]], params: list[str]) -> Inputs | None:
     return Inputs(start, slots)
 
 
+def own_inputs(uses: list[list[tuple[str, str]]], inputs: Inputs) -> bool:
+    """Whether each segment (its name `uses`) reads of the inputs only its own (segment 1 never
+    reads `keys`)."""
+    slot_of = {name: (i, j) for i, names in enumerate(inputs.slots) for j, name in enumerate(names)}
+    return all(
+        slot_of[value][1] == j
+        for j, form in enumerate(uses) for kind, value in form if kind == "ext" and value in slot_of
+    )
+
+
 def read_outside(inputs: Inputs, statements: Sequence[ast.AST]) -> bool:
     """Whether any of `statements` (the code outside the run) reads one of the inputs."""
     names = {name for names in inputs.slots for name in names}
@@ -62,12 +72,18 @@ def read_outside(inputs: Inputs, statements: Sequence[ast.AST]) -> bool:
 def zipped(target: ast.expr, iterable: ast.expr, inputs: Inputs, name: str) -> tuple[ast.expr, ast.expr]:
     """The loop's header with the list of inputs zipped in: `for layer, (keys, values) in
     zip(params["layers"], past_key_values)`."""
-    item = _pack([names[0] for names in inputs.slots], ast.Store())
+    return zip_with(target, iterable, _pack([names[0] for names in inputs.slots], ast.Store()), named(name))
+
+
+def zip_with(
+    target: ast.expr, iterable: ast.expr, item: ast.expr, listed: ast.expr
+) -> tuple[ast.expr, ast.expr]:
+    """The loop's header with one more list zipped in, its elements read as `item`."""
     if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "zip":
         assert isinstance(target, ast.Tuple)  # a zip's target is one name per list
-        lists = [*iterable.args, named(name)]
+        lists = [*iterable.args, listed]
         return ast.Tuple([*target.elts, item], ast.Store()), ast.Call(iterable.func, lists, [])
-    return ast.Tuple([target, item], ast.Store()), ast.Call(named("zip"), [iterable, named(name)], [])
+    return ast.Tuple([target, item], ast.Store()), ast.Call(named("zip"), [iterable, listed], [])
 
 
 def take_as_list(function: Function, inputs: Inputs, name: str) -> None:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from jaxside.render.ir import Function, Loop, Statement, named
 from jaxside.render.lower.places import positions, put
@@ -45,6 +47,10 @@ class Collected:
     """The nodes the lists are made of (reading the earlier segments' names there is fine)."""
     span: tuple[int, int] | None = None
     """For a def's flat run of returned values: the items `returns.elts[a:b]` it replaces."""
+    order: list[int] = field(default_factory=list)
+    """For such a run: its items (from `a`) in the loop's order, segment by segment."""
+    prefix: list[ast.expr] = field(default_factory=list)
+    """For such a run: the elements made before the loop that lead the list (T5's block 0's)."""
 
 
 def unique_names(defined: list[list[str]]) -> list[dict[str, int]]:
@@ -118,29 +124,101 @@ def collected_lists(
     return list(found.values())
 
 
-def returned_span(returns: ast.expr, first: int, defined: list[list[str]]) -> Collected | None:
-    """The run of `returns.elts[first:]` that is every segment's names in turn (`keys, values,
-    keys_1, values_1`): one tuple per segment (the name alone for one name)."""
+Earlier = Callable[[str, str], bool]
+"""Whether a name made before a run is like a name of its first segment (leads its list)."""
+
+
+def made_before(body: list[Statement], start: int, shapes: dict[str, tuple[int, ...]]) -> Earlier:
+    """Names bound before the run at `start` only, of the shape and the name of the segment's
+    (`keys` for `keys_2`; not for `value_states`, whose role it may not have: a list mixing the
+    orders of its items would be unreadable)."""
+    before = {name for s in body[:start] for name in s.targets}
+    before -= {name for s in body[start:] for name in s.targets}
+
+    def like(name: str, mine: str) -> bool:
+        same = re.sub(r"_\d+$", "", name) == re.sub(r"_\d+$", "", mine)
+        return name in before and same and shapes.get(name, ()) == shapes.get(mine, ())
+
+    return like
+
+
+def returned_spans(
+    returns: ast.expr, first: int, defined: list[list[str]], earlier: Earlier
+) -> list[Collected]:
+    """The runs of `returns.elts[first:]` that are every segment's names (`keys, values, keys_1,
+    values_1`), last first: one tuple per segment (the name alone for one name). A run's items may
+    come in another order (Gemma 2's `keys, values, value_states, k_embed, ...`: the entry's output
+    reads its full attention layers' first): each segment's the same names, in the order of the
+    first listed. Items right before a run like its first segment's (`earlier(name, segment 0's
+    name)`: bound before the run, T5's block 0's cache entries) lead its list."""
     if not isinstance(returns, ast.Tuple):
-        return None
+        return []
     groups = unique_names(defined)
-    elts = returns.elts
-    start = next((i for i in range(first, len(elts)) if _name_of(elts[i]) in groups[0]), None)
-    if start is None:
+    owner = {name: (j, m) for j, group in enumerate(groups) for name, m in group.items()}
+    elts, found, end = returns.elts, [], len(returns.elts)
+    while end > first:
+        while end > first and _name_of(elts[end - 1]) not in owner:
+            end -= 1
+        start = end
+        while start > first and _name_of(elts[start - 1]) in owner:
+            start -= 1
+        if start == end:
+            break
+        collected = _one_span(elts, (start, end), groups, first, earlier)
+        if collected is None:
+            return []
+        found.append(collected)
+        end = cast(tuple[int, int], collected.span)[0]
+    return found
+
+
+def _one_span(
+    elts: list[ast.expr], span: tuple[int, int], groups: list[dict[str, int]], first: int, earlier: Earlier
+) -> Collected | None:
+    """The list `elts[span[0]:span[1]]` (every segment's names) is, with the items before it that
+    lead it."""
+    start, end = span
+    owner = {name: (j, m) for j, group in enumerate(groups) for name, m in group.items()}
+    found = [owner[cast(str, _name_of(e))] for e in elts[start:end]]
+    per: dict[int, list[int]] = {}
+    for j, m in found:
+        per.setdefault(j, []).append(m)
+    ordered = per[found[0][0]]
+    if sorted(per) != list(range(len(groups))) or any(sorted(p) != sorted(ordered) for p in per.values()):
         return None
-    size = 0
-    while start + size < len(elts) and _name_of(elts[start + size]) in groups[0]:
-        size += 1
-    end = start + size * len(defined)
-    if end > len(elts):
-        return None
-    items = [elts[start + j * size : start + (j + 1) * size] for j in range(len(defined))]
-    elements = [e[0] if size == 1 else ast.Tuple(list(e), ast.Load()) for e in items]
-    collected = element_template(elements, groups, lambda name: False)
+    size = len(ordered)
+    order = [found.index((j, m)) for j in range(len(groups)) for m in ordered]
+    items = [[elts[start + i] for i in order[j * size : (j + 1) * size]] for j in range(len(groups))]
+    collected = element_template([_pack_items(e) for e in items], groups, lambda name: False)
     if collected is None:
         return None
-    collected.elements, collected.span = elts[start:end], (start, end)
+    begin = start
+    while begin - size >= first and all(
+        _name_of(e) is not None and earlier(cast(str, _name_of(e)), cast(str, _name_of(mine)))
+        for e, mine in zip(elts[begin - size : begin], items[0])
+    ):
+        begin -= size
+    collected.elements, collected.span = elts[begin:end], (begin, end)
+    collected.order = list(range(start - begin)) + [start - begin + i for i in order]
+    collected.prefix = [_pack_items(elts[k : k + size]) for k in range(begin, start, size)]
     return collected
+
+
+def _pack_items(items: list[ast.expr]) -> ast.expr:
+    return items[0] if len(items) == 1 else ast.Tuple(list(items), ast.Load())
+
+
+def reorder_callers(functions: list[Function], callee: Function, collected: Collected) -> None:
+    """Each caller of `callee` unpacks the items of the run `collected.span` in the loop's order."""
+    assert collected.span is not None
+    start, end = collected.span
+    for function in functions:
+        for statement in function.body:
+            items = _target_items(statement) if _calls(statement, callee.name) else None
+            if items is None:
+                continue
+            items[start:end] = [items[start + i] for i in collected.order]
+            statement.target = ast.Tuple(items, ast.Store())
 
 
 def _name_of(node: ast.expr) -> str | None:

@@ -29,12 +29,14 @@ from jaxside.render.lower.loop_headers import (
     list_length,
     list_name,
     range_header,
+    sliced,
 )
 from jaxside.render.lower.loop_inputs import (
     Inputs,
     call_statements,
     input_lengths,
     layout,
+    own_inputs,
     pass_as_list,
     read_outside,
     take_as_list,
@@ -42,16 +44,20 @@ from jaxside.render.lower.loop_inputs import (
 )
 from jaxside.render.lower.loop_outputs import (
     Collected,
+    Earlier,
     adapt_callers,
     append,
     cache_argument,
     collected_lists,
     filled_name,
     list_base,
+    made_before,
     plain_callers,
+    reorder_callers,
     replaced,
-    returned_span,
+    returned_spans,
 )
+from jaxside.render.lower.loop_reads import argument_names, own_reads, zip_reads
 from jaxside.render.lower.places import positions, put
 from jaxside.render.names import Scope, snake
 
@@ -72,6 +78,8 @@ class Pattern:
     a def's returned run of per-layer cache entries): the lists the loop fills."""
     inputs: Inputs | None = None
     """Parameters of the def each segment reads its own of (a cache passed in): one list zipped in."""
+    reads: dict[str, list[str]] = field(default_factory=dict)
+    """Values bound before the run each segment reads a different one of (`loop_reads`)."""
 
 
 @dataclass
@@ -111,19 +119,20 @@ def reroll(ctx: Context, function: Function, functions: list[Function]) -> None:
     first_extra = _first_extra(function, functions)
     params = function.params if function is not functions[0] else []  # the entry's are the user's
     while True:
-        plan = _find_run(body, done, function.returns, defs, first_extra, params)
+        plan = _find_run(body, done, function.returns, defs, first_extra, params, function.value_shapes)
         if plan is None:
             break
         if plan.pattern.inputs is not None and not call_statements(functions, function):
             params = []  # a call the list cannot be passed to: no loop takes the inputs
             continue
         old_returns = function.returns
-        loop, before = _make_loop(ctx, function, body, plan)
+        loop, before = _make_loop(ctx, function, body, plan, functions)
         body[plan.start : plan.end] = [*before, loop]
         done = plan.start + len(before) + 1
         for collected, base in zip(plan.pattern.collected, plan.bases):
             if collected.span is not None and isinstance(old_returns, ast.Tuple):
-                adapt_callers(functions, function, collected.span, plan.count, base)
+                reorder_callers(functions, function, collected)
+                adapt_callers(functions, function, collected.span, plan.count + len(collected.prefix), base)
                 first_extra = None  # the returned items are no longer the callers' flat run
         if plan.pattern.inputs is not None:
             lengths = input_lengths(functions[0], [i.name for i in ctx.trace.inputs if i.kind == "arg"])
@@ -161,7 +170,7 @@ def _first_extra(function: Function, functions: list[Function]) -> int | None:
 
 def _find_run(
     body: list[Statement], done: int, returns: ast.expr | None, defs: frozenset[str], first_extra: int | None,
-    params: list[str],
+    params: list[str], shapes: dict[str, tuple[int, ...]],
 ) -> Plan | None:
     anchors: dict[str, list[int]] = {}
     for index in range(done, len(body)):
@@ -184,7 +193,10 @@ def _find_run(
             after = [s.node() for s in body[start + len(calls) * length :]]
             if returns is not None:
                 after.append(ast.Return(returns))
-            pattern = _match(segments, after, first_extra if returns is not None else None, params)
+            extra = None
+            if returns is not None and first_extra is not None:
+                extra = (first_extra, made_before(body, start, shapes))
+            pattern = _match(segments, after, extra, params)
             if pattern is not None and pattern.inputs is not None:
                 if read_outside(pattern.inputs, [s.node() for s in body[:start]]):
                     continue
@@ -201,7 +213,7 @@ def _module_name(anchor: Statement) -> str | None:
 
 
 def _make_loop(
-    ctx: Context, function: Function, body: list[Statement], plan: Plan
+    ctx: Context, function: Function, body: list[Statement], plan: Plan, functions: list[Function]
 ) -> tuple[Loop, list[Statement]]:
     """The loop a run is, and the statements to put before it (aliases of carried names, the
     empty lists it fills); the code after the run is rewritten to read what the loop left."""
@@ -215,13 +227,27 @@ def _make_loop(
         name = function.scope.fresh(cache_argument(anchor.site) or f"{element}_inputs", "argument")
         header_target, iterable = zipped(header_target, iterable, inputs, name)
         take_as_list(function, inputs, name)
+    func = anchor.value.func if isinstance(anchor.value, ast.Call) else None
+    callee = next((f for f in functions if isinstance(func, ast.Name) and f.name == func.id), None)
+    header_target, iterable, lists = zip_reads(
+        function, plan.pattern.reads, module, (header_target, iterable),
+        argument_names(anchor.value, callee), anchor.site)
     canon, aliases = _carried(function.scope, plan.pattern, anchor)
     renames = _rename(module, plan.pattern, canon)
     later = body[plan.end :]
-    plan.bases = [list_base(later, function.returns, c, element, anchor.site) for c in plan.pattern.collected]
-    plan.names = [function.scope.fresh(filled_name(base, function.params), "local") for base in plan.bases]
+    collected = plan.pattern.collected
+    site = anchor.site
+    plan.bases = [list_base(later, function.returns, c, element, site) for c in collected]
+    names = {  # named in the order the def returns them (`past_key_values`, `past_key_values_1`)
+        k: function.scope.fresh(filled_name(plan.bases[k], function.params), "local")
+        for k in sorted(range(len(collected)), key=lambda k: collected[k].span or (-1, -1))
+    }
+    plan.names = [names[k] for k in range(len(collected))]
     loop_body = _loop_body(segments, module, canon, plan, renames)
-    before = aliases + [Statement([n], ast.List([], ast.Load()), [], anchor.site) for n in plan.names]
+    before = lists + aliases + [
+        Statement([n], ast.List(copy.deepcopy(c.prefix), ast.Load()), [], anchor.site)
+        for c, n in zip(plan.pattern.collected, plan.names)
+    ]
     _after_loop(function, later, plan, canon)
     main = loop_body[plan.anchor]
     loop = Loop(
@@ -250,14 +276,15 @@ def _header(
     varying = [(node, v0, step) for node, (v0, step) in counting if step]
     source = torch_source.around(anchor.site, torch_source.LOOPS) if anchor.site else None
     torch_index, torch_element = torch_source.loop_names(source)
+    skipped = varying[0][1] if varying else 0  # `for block in params["block"][1:]` after block 0's own def
     by_list = all(
-        v0 == 0 and step == 1 and list_length(ctx, function, places, node) == plan.count
+        v0 == skipped >= 0 and step == 1 and list_length(ctx, function, places, node) == skipped + plan.count
         for node, v0, step in varying
     )
     if not (varying and by_list):
         return range_header(scope, varying, places, torch_index or "i", plan.count)
     subscripted = [indexed_list(places, node).value for node, _, _ in varying]
-    if torch_index and torch_element and len({ast.dump(node) for node in subscripted}) > 1:
+    if torch_index and torch_element and len({ast.dump(node) for node in subscripted}) > 1 and not skipped:
         # `for i, block in enumerate(self.blocks): ... self.gates[i]`: torch's own form.
         main = _enumerated(source, subscripted)
         index_name, element_name = scope.fresh(torch_index, "loop"), scope.fresh(torch_element, "loop")
@@ -271,8 +298,9 @@ def _header(
         return ast.Tuple(pair, ast.Store()), ast.Call(named("enumerate"), [copy.deepcopy(main)], [])
     element = torch_element or _module_name(anchor) or "item"
     zipped = torch_source.zipped_names(source)
-    return list_header(scope, varying, places, lambda indexed, another: list_name(
+    target, iterable = list_header(scope, varying, places, lambda indexed, another: list_name(
         indexed, element, zipped, another))
+    return target, sliced(iterable, skipped)
 
 
 def _carried(scope: Scope, pattern: Pattern, anchor: Statement) -> tuple[dict[int, str], list[Statement]]:
@@ -406,7 +434,8 @@ def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list
 
 
 def _match(
-    segments: list[list[Statement]], after: list[ast.stmt], first_extra: int | None, params: list[str]
+    segments: list[list[Statement]], after: list[ast.stmt], extra: tuple[int, Earlier] | None,
+    params: list[str],
 ) -> Pattern | None:
     """How the segments are one loop body: carried names, integer progressions, the lists the
     code after them reads (`after` ends in the def's return; from `first_extra` on, its items may
@@ -429,14 +458,19 @@ def _match(
                 if j > 1 and forms[1][1][k] != ("ext", defined[0][m]):
                     return None
             elif use != use0:
-                if not (kind == "ext" and use0[0] == "ext" and value in params and use0[1] in params):
+                if kind != "ext" or use0[0] != "ext":
                     return None
+                if value not in params or use0[1] not in params:
+                    continue  # a value bound before the run (`own_reads`)
                 names = varying.setdefault(use0[1], [use0[1]] + [""] * (len(forms) - 1))
                 if names[j] not in ("", value):
                     return None
                 names[j] = value
     inputs = layout(varying, params)
-    if varying and (inputs is None or not _own_inputs(forms, inputs)):
+    if varying and (inputs is None or not own_inputs([f[1] for f in forms], inputs)):
+        inputs = None  # then they are values read differently (`own_reads`), or no loop
+    reads = own_reads([f[1] for f in forms], defined, carries, inputs)
+    if reads is None:
         return None
     progressions = even_steps([f[2] for f in forms])
     if progressions is None:
@@ -447,10 +481,9 @@ def _match(
     bound.update(name for names in defined for name in names)
     collected = collected_lists(later, defined, lambda name: name not in bound)  # read before the run
     last = after[-1] if after else None
-    if first_extra is not None and isinstance(last, ast.Return) and last.value is not None:
+    if extra is not None and isinstance(last, ast.Return) and last.value is not None:
         if not any(node is last.value for c in collected for node in c.nodes):
-            span = returned_span(last.value, first_extra, defined)
-            collected += [span] if span is not None else []
+            collected += returned_spans(last.value, *extra[:1], defined, extra[1])
     earlier = {name: m for d in defined[:-1] for m, name in enumerate(d)}
     allowed = {id(n) for c in collected for e in c.elements for n in ast.walk(e)}
     for node in ast.walk(later):
@@ -464,13 +497,4 @@ def _match(
         return None
     if inputs is not None and read_outside(inputs, after):
         return None
-    return Pattern(defined, carries, progressions, collected, inputs)
-
-
-def _own_inputs(forms: list[tuple[str, list[tuple[str, str]], list[int], list[str]]], inputs: Inputs) -> bool:
-    """Whether each segment reads of the inputs only its own (segment 1 never reads `keys`)."""
-    slot_of = {name: (i, j) for i, names in enumerate(inputs.slots) for j, name in enumerate(names)}
-    return all(
-        slot_of[value][1] == j
-        for j, form in enumerate(forms) for kind, value in form[1] if kind == "ext" and value in slot_of
-    )
+    return Pattern(defined, carries, progressions, collected, inputs, reads)

@@ -19,6 +19,7 @@ from jaxside.render.styles.reading import (
     all_statements,
     attribute_chain,
     keys_of,
+    list_tail,
     loop_aliases,
     loop_modules,
     walk,
@@ -217,11 +218,13 @@ class Writer:
         if bound:  # `for layer, layer_state in zip(params["layers"], ...)`: `for layer in self.layers`
             name, _ = bound[0]
             iterable = loop.iterable
-            source = iterable.args[0] if isinstance(iterable, ast.Call) else iterable
+            source, start = list_tail(iterable.args[0] if isinstance(iterable, ast.Call) else iterable)
             chain = keys_of(source) if source is not None else None
             assert chain is not None
             values = _zipped_values(loop)  # `zip(params["layers"], past_key_values)`: the list stays
             loop.iterable = self._module_ref(chain, scope)
+            if start:  # `for block in self.block[1:]`
+                loop.iterable = ast.Subscript(loop.iterable, ast.Slice(ast.Constant(start)), ast.Load())
             loop.loop_target = named(name, ast.Store())
             if values:
                 sources = [self._expr(v, function, scope) for _, v in values]

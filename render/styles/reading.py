@@ -78,11 +78,21 @@ def loop_modules(loop: Loop, scope: dict[str, Any]) -> list[tuple[str, list[Node
     names = target.elts if isinstance(target, ast.Tuple) and len(sources) > 1 else [target]
     found = []
     for source, name in zip(sources, names, strict=False):
-        chain = keys_of(source) if source is not None else None
+        listed, start = list_tail(source)
+        chain = keys_of(listed) if listed is not None else None
         if chain is None or not isinstance(name, ast.Name):
             continue
         base = scope.get(chain[0])
         items = walk(base, chain[1]) if base is not None else None
         if isinstance(items, list):
-            found.append((name.id, items))
+            found.append((name.id, items[start:]))
     return found
+
+
+def list_tail(source: Any) -> tuple[Any, int]:
+    """A loop's list and where it starts in it: (`params["block"]`, 1) for `params["block"][1:]`."""
+    if isinstance(source, ast.Subscript) and isinstance(source.slice, ast.Slice):
+        lower, upper, step = source.slice.lower, source.slice.upper, source.slice.step
+        if isinstance(lower, ast.Constant) and type(lower.value) is int and upper is None and step is None:
+            return source.value, lower.value
+    return source, 0
