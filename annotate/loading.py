@@ -136,14 +136,15 @@ def is_link_loop(path: Path) -> bool:
     return False
 
 
-def check_source(path: str) -> Path:
-    """FILE resolved, once it is known to be a Python source file that parses."""
+def check_source(path: str, role: str = "the torch .py file to annotate") -> Path:
+    """FILE resolved, once it is known to be a Python source file that parses; `role` says what the
+    file is for, in the hint when there is none."""
     file = Path(path)
     if is_link_loop(file):
         raise Failure("is a symbolic link loop (it leads back to itself)", "give the path of the file itself",
                       file=path)
     if not file.exists():
-        raise Failure("no such file", "give the path of the torch .py file to annotate", file=path)
+        raise Failure("no such file", f"give the path of {role}", file=path)
     if file.is_dir():
         raise Failure("is a directory", "give the model's .py file inside it", file=path)
     kind = _NOT_SOURCE.get(file.suffix.lower())

@@ -60,9 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check(options: ReviewOptions) -> None:
     from jaxside.annotate.loading import check_source
 
-    for path in (options.source.file, options.port, options.params_map):
+    roles = ("the torch .py file to review", "the JAX port's .py file", "the --params-map .py file")
+    for path, role in zip((options.source.file, options.port, options.params_map), roles, strict=True):
         if isinstance(path, str):
-            check_source(path)
+            check_source(path, role)
     for name, value in (("rtol", options.rtol), ("atol", options.atol)):
         if not value >= 0:
             raise Failure(f"--{name} must be a number >= 0", f"e.g. --{name} 1e-5")
