@@ -18,6 +18,7 @@ from jaxside.render.styles.layers import layer_match
 from jaxside.render.styles.reading import (
     all_statements,
     attribute_chain,
+    enumerated,
     keys_of,
     loop_aliases,
     loop_modules,
@@ -215,8 +216,12 @@ class Writer:
             chain = keys_of(source) if source is not None else None
             assert chain is not None
             values = _zipped_values(loop)  # `zip(params["layers"], past_key_values)`: the list stays
+            counter = loop.loop_target.elts[0] if enumerated(loop) and isinstance(loop.loop_target, ast.Tuple) else None
             loop.iterable = self._module_ref(chain, scope)
             loop.loop_target = named(name, ast.Store())
+            if counter is not None:  # `for i, layer in enumerate(self.layers)`: `i` stays
+                loop.iterable = ast.Call(named("enumerate"), [loop.iterable], [])
+                loop.loop_target = ast.Tuple([counter, loop.loop_target], ast.Store())
             if values:
                 sources = [self._expr(v, function, scope) for _, v in values]
                 loop.iterable = ast.Call(named("zip"), [loop.iterable, *sources], [])
