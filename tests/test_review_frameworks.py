@@ -188,4 +188,5 @@ def test_missing_port_is_named_as_the_port(capsys: pytest.CaptureFixture[str], t
     port = tmp_path / "port.py"  # never written
     code, out, err = _review(port, capsys, "-q")
     assert code == 2
-    assert err.strip().splitlines() == [f"error: {port}: no such file; give the path of the JAX port's .py file"]
+    assert err.strip().splitlines() == [
+        f"error: {port}: no such file; give the path of the JAX port's .py file"]

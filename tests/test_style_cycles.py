@@ -24,7 +24,11 @@ class Block(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
         self.ln = nn.LayerNorm(width)
-        self.mlp = nn.ModuleDict(dict(fc=nn.Linear(width, 2 * width), proj=nn.Linear(2 * width, width), act=Gelu()))
+        self.mlp = nn.ModuleDict(dict(
+            fc=nn.Linear(width, 2 * width),
+            proj=nn.Linear(2 * width, width),
+            act=Gelu(),
+        ))
         m = self.mlp
         self.mlpf = lambda x: m.proj(m.act(m.fc(x)))
 

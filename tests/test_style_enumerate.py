@@ -39,7 +39,7 @@ class Cached(nn.Module):
         self.layers = nn.ModuleList(Layer(width, length) for _ in range(2))
 
     def forward(self, x: Tensor, input_pos: Tensor) -> Tensor:
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers):  # noqa: B007 (as gpt-fast writes it)
             x = layer(x, input_pos)
         return x
 

@@ -346,7 +346,8 @@ def _holds_tensors(klass: Klass, name: str) -> bool:
     def holds(node: Node) -> bool:
         return bool(node.leaves) or any(holds(n) for c in node.children.values() for n in _as_list(c))
 
-    return any(holds(n) for node in klass.nodes if name in node.children for n in _as_list(node.children[name]))
+    return any(holds(n) for node in klass.nodes if name in node.children
+               for n in _as_list(node.children[name]))
 
 
 def _flags_table(classes: list[Klass]) -> str:

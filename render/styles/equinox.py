@@ -110,7 +110,8 @@ def _reaching(tree: Tree, name: str) -> set[str]:
     holds: dict[str, set[str]] = {}
     for node in tree.nodes.values():
         for child in node.children.values():
-            holds.setdefault(node.cls, set()).update(n.cls for n in (child if isinstance(child, list) else [child]))
+            items = child if isinstance(child, list) else [child]
+            holds.setdefault(node.cls, set()).update(n.cls for n in items)
     reaching: set[str] = set()
     frontier = {name}
     while frontier:

@@ -216,7 +216,8 @@ class Writer:
             chain = keys_of(source) if source is not None else None
             assert chain is not None
             values = _zipped_values(loop)  # `zip(params["layers"], past_key_values)`: the list stays
-            counter = loop.loop_target.elts[0] if enumerated(loop) and isinstance(loop.loop_target, ast.Tuple) else None
+            target = loop.loop_target
+            counter = target.elts[0] if enumerated(loop) and isinstance(target, ast.Tuple) else None
             loop.iterable = self._module_ref(chain, scope)
             loop.loop_target = named(name, ast.Store())
             if counter is not None:  # `for i, layer in enumerate(self.layers)`: `i` stays

@@ -9,7 +9,8 @@ from typing import Any
 from jaxside.render.ir import Function, Loop, Statement
 from jaxside.render.styles.tree import Node, Tree
 
-__all__ = ["all_statements", "enumerated", "keys_of", "loop_aliases", "loop_modules", "attribute_chain", "walk"]
+__all__ = ["all_statements", "attribute_chain", "enumerated", "keys_of", "loop_aliases", "loop_modules",
+           "walk"]
 
 
 def keys_of(node: ast.expr) -> tuple[str, list[str | int]] | None:
