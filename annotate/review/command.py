@@ -84,9 +84,8 @@ def _run(options: ReviewOptions) -> int:
 def _review(options: ReviewOptions, status: Status) -> int:
     status.phase("loading torch and jax")
     from jaxside.annotate.loading import find_entry, load_file
-    from jaxside.annotate.review.result import review_entries
-
     from jaxside.annotate.noise import library_warnings
+    from jaxside.annotate.review.result import review_entries
     from jaxside.tracing import user_code
 
     with stdout_to_stderr():
@@ -95,8 +94,8 @@ def _review(options: ReviewOptions, status: Status) -> int:
         # The engines' warnings dropped (JAX's int64 `arange` under torchax), as annotate does.
         is_user_file = user_code(entry.fn, [options.source.file, options.port])
         with library_warnings(is_user_file, status.say, set()):
-            review = review_entries(options, entry,
-                                    lambda torch_entry: _port_entry(options, torch_entry, entry.fn), status.phase)
+            review = review_entries(options, entry, lambda torch_entry: _port_entry(options, torch_entry, entry.fn),
+                                    status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:
