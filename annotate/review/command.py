@@ -94,8 +94,10 @@ def _review(options: ReviewOptions, status: Status) -> int:
         # The engines' warnings dropped (JAX's int64 `arange` under torchax), as annotate does.
         is_user_file = user_code(entry.fn, [options.source.file, options.port])
         with library_warnings(is_user_file, status.say, set()):
-            review = review_entries(options, entry, lambda torch_entry: _port_entry(options, torch_entry, entry.fn),
-                                    status.phase)
+            def port_of(torch_entry: Any) -> Any:
+                return _port_entry(options, torch_entry, entry.fn)
+
+            review = review_entries(options, entry, port_of, status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:
