@@ -11,6 +11,7 @@ import copy
 import html
 import inspect
 import re
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,11 +140,20 @@ def torch_refusal(fn: Any, args: tuple, kwargs: dict) -> str | None:
 
 
 def load_module(text: str, name: str = "jaxside_export") -> types.ModuleType:
-    """Import exported source as a module (not registered in `sys.modules`)."""
+    """Import exported source as a module, registered in `sys.modules` only while its body runs:
+    a dataclass (an Equinox module) reads its module there to resolve a quoted annotation."""
     module = types.ModuleType(name)
     module.__file__ = f"<{name}>"
-    # dont_inherit: not this file's `from __future__ import annotations` (`Config` needs real types)
-    exec(compile(text, module.__file__, "exec", dont_inherit=True), module.__dict__)
+    before = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        # dont_inherit: not this file's `from __future__ import annotations` (`Config` needs real types)
+        exec(compile(text, module.__file__, "exec", dont_inherit=True), module.__dict__)
+    finally:
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
     return module
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import errno
 import importlib
@@ -9,11 +10,11 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
-import re
 import shlex
 import stat
 import sys
 import tempfile
+import textwrap
 import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -136,14 +137,15 @@ def is_link_loop(path: Path) -> bool:
     return False
 
 
-def check_source(path: str) -> Path:
-    """FILE resolved, once it is known to be a Python source file that parses."""
+def check_source(path: str, role: str = "the torch .py file to annotate") -> Path:
+    """FILE resolved, once it is known to be a Python source file that parses; `role` says what the
+    file is for, in the hint when there is none."""
     file = Path(path)
     if is_link_loop(file):
         raise Failure("is a symbolic link loop (it leads back to itself)", "give the path of the file itself",
                       file=path)
     if not file.exists():
-        raise Failure("no such file", "give the path of the torch .py file to annotate", file=path)
+        raise Failure("no such file", f"give the path of {role}", file=path)
     if file.is_dir():
         raise Failure("is a directory", "give the model's .py file inside it", file=path)
     kind = _NOT_SOURCE.get(file.suffix.lower())
@@ -376,14 +378,16 @@ def defined_names(namespace: dict[str, Any]) -> list[str]:
 
 
 def _top_module(names: list[str], namespace: dict[str, Any]) -> str:
-    """The module class no other one builds (the whole model), else the first defined."""
-    sources = {}
+    """The module class no other one's code names (the whole model), else the first defined; a name in
+    a docstring or comment is no use (minGPT's `NewGELU` says "as in OpenAI GPT")."""
+    named: dict[str, set[str]] = {}
     for name in names:
-        with contextlib.suppress(OSError, TypeError):
-            sources[name] = inspect.getsource(namespace[name])
+        with contextlib.suppress(OSError, TypeError, SyntaxError):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(namespace[name])))
+            named[name] = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+                n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for name in names:
-        used = re.compile(rf"\b{re.escape(name)}\b")
-        if not any(used.search(text) for other, text in sources.items() if other != name):
+        if not any(name in used for other, used in named.items() if other != name):
             return name
     return names[0]
 

@@ -143,6 +143,34 @@ def test_no_entry_lists_what_the_file_defines_and_a_command(run):
     assert f"annotate {result.file} --entry 'Net()' --inputs '(torch.randn(1, 16),)'" in text
 
 
+def test_no_entry_suggests_the_model_a_docstring_names(run):
+    """minGPT's layout: the activation's docstring names GPT ("as in OpenAI GPT"); GPT is still the
+    module no other one builds, so the command starts from it, not from the activation."""
+    result = run("""
+        import torch
+        from torch import nn
+
+
+        class NewGELU(nn.Module):
+            \"\"\"GELU, as in OpenAI GPT.\"\"\"
+
+            def forward(self, x):
+                return torch.tanh(x)  # GPT uses the tanh form
+
+
+        class GPT(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.act = NewGELU()
+
+            def forward(self, idx):
+                return self.act(idx)
+    """)
+    assert result.code == 2
+    command = f"annotate {result.file} --entry 'GPT(config=...)' --inputs '(torch.randn(1, 16),)'"
+    assert command in result.only_line()
+
+
 def test_entry_expression_failing(run):
     result = run(MODEL, "--entry", "Nett()")
     assert result.code == 2

@@ -182,3 +182,11 @@ def test_port_without_an_entry_is_one_line(capsys: pytest.CaptureFixture[str], t
     assert err.strip().splitlines() == [f"error: {port}: defines no forward (a function), build (returning "
                                         "a module) or Transformer; name the port's function, module or "
                                         "factory with --port-entry"]
+
+
+def test_missing_port_is_named_as_the_port(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    port = tmp_path / "port.py"  # never written
+    code, out, err = _review(port, capsys, "-q")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"error: {port}: no such file; give the path of the JAX port's .py file"]

@@ -34,6 +34,7 @@ _EXPORTS = {
     "plain_output": "jaxside.tracing._outputs",
     "with_tensors": "jaxside.tracing._outputs",
     "random_outputs": "jaxside.tracing._random",
+    "tensor_attributes": "jaxside.tracing._torch",
     "user_code": "jaxside.tracing._files",
     "Call": "jaxside.tracing.trace",
     "Input": "jaxside.tracing.trace",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from jaxside.tracing._random import example_key as example_key
     from jaxside.tracing._random import is_key as is_key
     from jaxside.tracing._random import random_outputs as random_outputs
+    from jaxside.tracing._torch import tensor_attributes as tensor_attributes
     from jaxside.tracing.errors import CaptureError as CaptureError
     from jaxside.tracing.errors import InputsError as InputsError
     from jaxside.tracing.errors import MixedDeviceError as MixedDeviceError

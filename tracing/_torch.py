@@ -76,7 +76,7 @@ class TorchSession:
             named_tensors: tuple[tuple[InputKind, Iterable[tuple[str, torch.Tensor]]], ...] = (
                 ("param", self.module.named_parameters(remove_duplicate=False)),
                 ("buffer", self.module.named_buffers(remove_duplicate=False)),
-                ("buffer", _tensor_attributes(self.module)),
+                ("buffer", tensor_attributes(self.module)),
             )
             for kind, named in named_tensors:
                 for name, tensor in named:
@@ -184,7 +184,7 @@ class TorchSession:
                 store[attr] = value
 
 
-def _tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """Plain tensor attributes (not params or buffers) such as a precomputed RoPE table."""
     for path, sub in module.named_modules(remove_duplicate=False):
         for attr, value in vars(sub).items():

@@ -60,9 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check(options: ReviewOptions) -> None:
     from jaxside.annotate.loading import check_source
 
-    for path in (options.source.file, options.port, options.params_map):
+    roles = ("the torch .py file to review", "the JAX port's .py file", "the --params-map .py file")
+    for path, role in zip((options.source.file, options.port, options.params_map), roles, strict=True):
         if isinstance(path, str):
-            check_source(path)
+            check_source(path, role)
     for name, value in (("rtol", options.rtol), ("atol", options.atol)):
         if not value >= 0:
             raise Failure(f"--{name} must be a number >= 0", f"e.g. --{name} 1e-5")
@@ -83,13 +84,20 @@ def _run(options: ReviewOptions) -> int:
 def _review(options: ReviewOptions, status: Status) -> int:
     status.phase("loading torch and jax")
     from jaxside.annotate.loading import find_entry, load_file
+    from jaxside.annotate.noise import library_warnings
     from jaxside.annotate.review.result import review_entries
+    from jaxside.tracing import user_code
 
     with stdout_to_stderr():
         status.phase(f"tracing {Path(options.source.file).name}")
         entry = find_entry(load_file(options.source.file), options.source)
-        review = review_entries(options, entry,
-                                lambda torch_entry: _port_entry(options, torch_entry, entry.fn), status.phase)
+        # The engines' warnings dropped (JAX's int64 `arange` under torchax), as annotate does.
+        is_user_file = user_code(entry.fn, [options.source.file, options.port])
+        with library_warnings(is_user_file, status.say, set()):
+            def port_of(torch_entry: Any) -> Any:
+                return _port_entry(options, torch_entry, entry.fn)
+
+            review = review_entries(options, entry, port_of, status.phase)
     status.close()  # the report follows on stdout, the live line cleared first
     to_stdout(review.text())
     if options.html:

@@ -56,10 +56,12 @@ class _Probe:
         return isinstance(key, str) and self._run.has(self._path, key)
 
     def __iter__(self) -> Any:
-        return iter([self[i] for i in range(self._run.length)])
+        # One item at a time: an item made before the loop body that fails on the one before it
+        # ran would count as a leaf never indexed (CaiT's `for item in params["layers"]`).
+        return (self[i] for i in range(len(self)))
 
     def __len__(self) -> int:
-        return self._run.length
+        return self._run.length_of(self._path)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -104,6 +106,13 @@ class _Run:
         self.resolve, self.length, self.leaves, self.names = resolve, length, leaves, names
         self.made: list[_Probe] = []
 
+    def length_of(self, path: str) -> int:
+        """How many items a list stand-in at `path` has: the numbered children of the torch list
+        most like it (`params['layers']`: `layers.0` ... `layers.N`), else the longest such list."""
+        lists = numbered_children(self.names)
+        found = best_match(path, sorted(lists), set())
+        return len(lists[found]) if found is not None else self.length
+
     def has(self, path: str, key: str) -> bool:
         """Whether the torch module most like `path` (a state_dict name less its last part) holds
         a tensor named `key` (`weight`, `kernel` and `scale` one name)."""
@@ -136,15 +145,20 @@ def _register() -> None:
     jax.tree_util.register_pytree_node(_Probe, _flatten, _unflatten)
 
 
-def layer_count(names: list[str]) -> int:
-    """The longest run of numbered children in the state_dict (`layers.0` ... `layers.N`)."""
+def numbered_children(names: list[str]) -> dict[str, set[str]]:
+    """Each torch list in the state_dict (`layers`) with its numbered children's numbers."""
     counts: dict[str, set[str]] = {}
     for name in names:
         parts = name.split(".")
         for i, part in enumerate(parts):
             if is_index(part):
                 counts.setdefault(".".join(parts[:i]), set()).add(part)
-    return max((len(v) for v in counts.values()), default=1)
+    return counts
+
+
+def layer_count(names: list[str]) -> int:
+    """The longest run of numbered children in the state_dict (`layers.0` ... `layers.N`)."""
+    return max((len(v) for v in numbered_children(names).values()), default=1)
 
 
 def _refused(error: BaseException) -> bool:

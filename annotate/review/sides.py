@@ -24,7 +24,7 @@ def torch_side(options: ReviewOptions, entry: Any) -> tuple[Any, list[Any], dict
     from torch.utils._pytree import tree_leaves
 
     from jaxside.annotate.errors import UserCodeRaised
-    from jaxside.tracing import Capture, CaptureError
+    from jaxside.tracing import Capture, CaptureError, tensor_attributes
 
     file = str(Path(options.source.file).resolve())
     try:
@@ -37,6 +37,8 @@ def torch_side(options: ReviewOptions, entry: Any) -> tuple[Any, list[Any], dict
     if isinstance(entry.fn, torch.nn.Module):
         tensors = {**dict(entry.fn.named_parameters()), **dict(entry.fn.named_buffers()),
                    **entry.fn.state_dict()}
+        for path, tensor in tensor_attributes(entry.fn):  # gpt-fast's `self.freqs_cis = ...`
+            tensors.setdefault(path, tensor)
         state = {name: jnp.asarray(t.detach().cpu().numpy()) for name, t in tensors.items()}
     data = tuple(jnp.asarray(t.detach().cpu().numpy()) for t in tree_leaves((entry.args, entry.kwargs))
                  if isinstance(t, torch.Tensor))

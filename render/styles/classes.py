@@ -320,7 +320,7 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
                 value = "None"
                 if isinstance(sample, Node):
                     value = _build_call(sample, builders, f'path + "{name}."', needs)
-            if optional:
+            if optional and _holds_tensors(klass, name):
                 value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
         else:
             read = f"tensors.get(path + {key})" if optional else f"tensors[path + {key}]"
@@ -337,6 +337,17 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
     text = f"{signature}\n{doc}\n    return {klass.name}(\n{body}\n    )"
     lines = format_statement(ast.parse(text).body[0], 0, MODULE_WIDTH)
     return re.sub(r"f'([^'\"]*)'", r'f"\1"', "\n".join(lines))
+
+
+def _holds_tensors(klass: Klass, name: str) -> bool:
+    """Whether the child `name` holds a tensor in some instance: the converter then builds it where
+    tensors lie under its path. One holding none (an activation module) leaves no trace in a
+    `state_dict`, so it is built in every instance, and is there wherever the torch code calls it."""
+    def holds(node: Node) -> bool:
+        return bool(node.leaves) or any(holds(n) for c in node.children.values() for n in _as_list(c))
+
+    return any(holds(n) for node in klass.nodes if name in node.children
+               for n in _as_list(node.children[name]))
 
 
 def _flags_table(classes: list[Klass]) -> str:

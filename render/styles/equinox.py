@@ -8,6 +8,7 @@ and flags are static fields."""
 from __future__ import annotations
 
 import ast
+import re
 
 from jaxside.render.ir import Program, named
 from jaxside.render.rules import dotted
@@ -39,6 +40,7 @@ class Equinox:
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
         lines = []
         config = ["    config: Config = eqx.field(static=True)"] if klass.uses_config else []
+        around = _reaching(tree, klass.name)
         for name, kind, optional in sorted(attributes, key=lambda a: a[2]):  # defaults last
             if optional and config:
                 lines += config
@@ -54,7 +56,10 @@ class Equinox:
                 annotation = "eqx.nn.StateIndex"
             else:
                 annotation = "jax.Array"
-            lines.append(f"    {name}: {annotation}" + (" | None = None" if optional else ""))
+            annotation += " | None" if optional else ""
+            if kind in ("child", "list") and set(re.findall(r"\w+", annotation)) & around:
+                annotation = f'"{annotation}"'  # a class of its cycle: not defined yet, one of them
+            lines.append(f"    {name}: {annotation}" + (" = None" if optional else ""))
         lines += config
         for flag in kept_flags(klass):
             kind = type(ast.literal_eval(flag.default)).__name__ if _literal(flag.default) else "object"
@@ -95,6 +100,25 @@ def _literal(text: str) -> bool:
     except (ValueError, SyntaxError):
         return False
     return True
+
+
+def _reaching(tree: Tree, name: str) -> set[str]:
+    """The classes whose instances hold, at some depth, an instance of class `name` (and `name` when
+    it holds itself): an annotation naming one comes before that class's definition, as no order
+    puts every class of a cycle after its children (minGPT's `ModuleDict` holds a `Block` list,
+    and each `Block` a `ModuleDict`)."""
+    holds: dict[str, set[str]] = {}
+    for node in tree.nodes.values():
+        for child in node.children.values():
+            items = child if isinstance(child, list) else [child]
+            holds.setdefault(node.cls, set()).update(n.cls for n in items)
+    reaching: set[str] = set()
+    frontier = {name}
+    while frontier:
+        found = {cls for cls, held in holds.items() if held & frontier} - reaching
+        reaching |= found
+        frontier = found
+    return reaching
 
 
 def _class_of(node: object) -> str:

@@ -18,6 +18,7 @@ from jaxside.render.styles.layers import layer_match
 from jaxside.render.styles.reading import (
     all_statements,
     attribute_chain,
+    enumerated,
     keys_of,
     list_tail,
     loop_aliases,
@@ -222,10 +223,15 @@ class Writer:
             chain = keys_of(source) if source is not None else None
             assert chain is not None
             values = _zipped_values(loop)  # `zip(params["layers"], past_key_values)`: the list stays
+            target = loop.loop_target
+            counter = target.elts[0] if enumerated(loop) and isinstance(target, ast.Tuple) else None
             loop.iterable = self._module_ref(chain, scope)
             if start:  # `for block in self.block[1:]`
                 loop.iterable = ast.Subscript(loop.iterable, ast.Slice(ast.Constant(start)), ast.Load())
             loop.loop_target = named(name, ast.Store())
+            if counter is not None:  # `for i, layer in enumerate(self.layers)`: `i` stays
+                loop.iterable = ast.Call(named("enumerate"), [loop.iterable], [])
+                loop.loop_target = ast.Tuple([counter, loop.loop_target], ast.Store())
             if values:
                 sources = [self._expr(v, function, scope) for _, v in values]
                 loop.iterable = ast.Call(named("zip"), [loop.iterable, *sources], [])

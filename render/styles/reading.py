@@ -9,7 +9,8 @@ from typing import Any
 from jaxside.render.ir import Function, Loop, Statement
 from jaxside.render.styles.tree import Node, Tree
 
-__all__ = ["all_statements", "keys_of", "loop_aliases", "loop_modules", "attribute_chain", "walk"]
+__all__ = ["all_statements", "attribute_chain", "enumerated", "keys_of", "loop_aliases", "loop_modules",
+           "walk"]
 
 
 def keys_of(node: ast.expr) -> tuple[str, list[str | int]] | None:
@@ -70,9 +71,19 @@ def loop_aliases(function: Function, node: Node, tree: Tree) -> dict[str, Node |
     return scope
 
 
+def enumerated(loop: Loop) -> bool:
+    """Whether the loop is `for i, item in enumerate(items)` (gpt-fast's loop over its layers)."""
+    iterable, target = loop.iterable, loop.loop_target
+    return (isinstance(iterable, ast.Call) and ast.unparse(iterable.func) == "enumerate"
+            and len(iterable.args) == 1 and not iterable.keywords
+            and isinstance(target, ast.Tuple) and len(target.elts) == 2)
+
+
 def loop_modules(loop: Loop, scope: dict[str, Any]) -> list[tuple[str, list[Node]]]:
     """The loop variables bound to list items: `layer` in `zip(params["layers"], state["layers"])`."""
     iterable, target = loop.iterable, loop.loop_target
+    if enumerated(loop) and isinstance(iterable, ast.Call) and isinstance(target, ast.Tuple):
+        iterable, target = iterable.args[0], target.elts[1]  # `for i, layer in enumerate(...)`
     sources = iterable.args if isinstance(iterable, ast.Call) and ast.unparse(iterable.func) == "zip" else [
         iterable]
     names = target.elts if isinstance(target, ast.Tuple) and len(sources) > 1 else [target]
