@@ -30,9 +30,14 @@ from collections.abc import Iterator
 YOUNG = 10_000
 """Allocations between collections of the youngest generation during a run (Python's: 700)."""
 
+FROZEN_BEFORE = gc.get_freeze_count()
+"""Objects frozen before this module was imported: Python 3.12 starts with some of its own (375),
+other versions with none. A run freezes only when no more than these are frozen (a caller's own
+frozen objects are left as they are), and its `gc.unfreeze` at the end unfreezes these too."""
+
 _runs: list[bool] = []
 """Per `collection` open (the command run in process, maybe within another run): whether it may
-freeze (nothing was frozen before it: a caller's own frozen objects are left as they are)."""
+freeze (nothing beyond `FROZEN_BEFORE` was frozen before it)."""
 
 
 @contextlib.contextmanager
@@ -41,7 +46,7 @@ def collection() -> Iterator[None]:
     back after it."""
     thresholds = gc.get_threshold()
     gc.set_threshold(max(YOUNG, thresholds[0]), *thresholds[1:])
-    _runs.append(gc.get_freeze_count() == 0 if not _runs else _runs[-1])
+    _runs.append(gc.get_freeze_count() <= FROZEN_BEFORE if not _runs else _runs[-1])
     try:
         yield
     finally:
