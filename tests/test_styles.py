@@ -172,6 +172,42 @@ def test_a_torch_class_name_the_module_cannot_use_is_refused(name, said, tmp_pat
     assert not (tmp_path / "out.py").exists()
 
 
+NESTED = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.pairs = torch.nn.ModuleList(
+            [torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Tanh()]) for _ in range(2)]
+        )
+
+    def forward(self, x):
+        for linear, act in self.pairs:
+            x = act(linear(x))
+        return self.fc(x)
+
+
+def example():
+    return Net().eval(), (torch.randn(2, 4),)
+"""
+
+
+def test_a_layout_the_class_styles_cannot_write_is_refused_at_the_line_that_makes_it(tmp_path, capsys):
+    """A list of lists of modules (vit-pytorch's `nn.ModuleList([attn, ff])` per layer): the
+    refusal names the line of the torch file that assigns the outer list."""
+    model = tmp_path / "model.py"
+    model.write_text(NESTED)
+    code = main([str(model), "--export", "--style", "nnx", "--static-shapes", "-o", str(tmp_path / "out.py")])
+    err = capsys.readouterr().err.strip().splitlines()
+    line = NESTED.splitlines().index("        self.pairs = torch.nn.ModuleList(") + 1
+    said = f"error: {model}:{line}: --style nnx: `pairs.0.0`: a list of lists"
+    assert code == 2 and err[-1].startswith(said), err
+    assert not (tmp_path / "out.py").exists()
+
+
 REVIEWED = [("llama_model", "nnx")] + ([(s, t) for s in SAMPLES for t in ("nnx", "equinox")][1:]
                                       if ALL else [])
 

@@ -22,7 +22,12 @@ EMBEDDING = "torch.nn.modules.sparse.Embedding"
 
 
 class StyleError(Exception):
-    """The program has something a class-style export cannot write yet (named in the message)."""
+    """The program has something a class-style export cannot write yet (named in the message);
+    `path` is the torch submodule at fault, where there is one (`layers.0.0`)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 @dataclass
@@ -131,18 +136,18 @@ class Tree:
             if parent in lists:
                 owner_path, _, attribute = parent.rpartition(".")
                 if owner_path in lists or owner_path not in self.nodes:
-                    raise StyleError(f"`{path}`: a list of lists of modules")
+                    raise StyleError(f"`{path}`: a list of lists of modules", path)
                 items = self.nodes[owner_path].children.setdefault(attribute, [])
                 assert isinstance(items, list)
                 items.append(self.nodes[path])
             elif parent in self.nodes:
                 self.nodes[parent].children[name] = self.nodes[path]
             else:
-                raise StyleError(f"`{path}`: a module under a list entry that is not a module")
+                raise StyleError(f"`{path}`: a module under a list entry that is not a module", path)
         for path in leaves:
             parent, _, leaf = path.rpartition(".")
             if parent in lists:
-                raise StyleError(f"`{path}`: a tensor in a numbered list (a ParameterList)")
+                raise StyleError(f"`{path}`: a tensor in a numbered list (a ParameterList)", path)
             node = self.nodes[parent]
             node.leaves[leaf] = "state" if path in written else (
                 "param" if kinds.get(path) == "param" else "buffer")
