@@ -14,6 +14,9 @@ or loop on the size) or gives a number no shape explains stays fixed: `Sizes` sa
 module docstring lists it, and unless the torch code itself refuses other sizes there (a Linear's
 features), the entry raises a `ValueError` for another size.
 
+Which sets move is searched for first (`size_search`: fewer parts asked to move, a step at a time,
+from every set together, as a refused retrace costs little); where the search cannot tell, each
+set is tried alone first (`_set_by_set`). Unifying the programs of an attempt is `size_plans`'s job.
 Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.merge.fitting`'s
 job, shared with `shared_defs`, which does the same for the defs of one function called at other sizes.
 """
