@@ -108,3 +108,30 @@ def test_the_export_runs_at_another_batch_and_sequence(exports):
     finally:
         model.setup_caches(max_batch_size=1, max_seq_length=model.config.block_size)
     assert comparisons and all(c.ok for c in comparisons), [c.line() for c in comparisons]
+
+
+class ProductLimit(torch.nn.Module):
+    """Takes each size alone up to three times the traced one, but not both at once: the search
+    finds `x`'s alone, `y` then moves alone too, so each set is tried alone as before."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] * y.shape[0] > 72:
+            raise ValueError(f"at most 72 pairs, not {x.shape[0]} * {y.shape[0]}")
+        return x.sum() * y.mean()
+
+
+def test_a_part_the_search_left_out_that_moves_alone_sends_it_set_by_set():
+    model, args = ProductLimit(), (torch.randn(4), torch.randn(6))
+    trace = Capture()(model, *args)
+    found = {}
+    for way in ("search", "set by set"):
+        retrace = Counted(model, *args)
+        with pytest.MonkeyPatch.context() as patch:
+            if way == "set by set":
+                patch.setattr(input_sizes, "search", lambda *given: None)
+            found[way] = (sizes(lower(trace, retrace)), retrace.taken, retrace.refused)
+    assert found["search"][0] == found["set by set"][0]
+    generic, fixed, _ = found["search"][0]
+    assert generic == [] and [dims for dims, _ in fixed] == [["x.shape[0]"], ["y.shape[0]"]]
+    assert all("72 pairs" in why for _, why in fixed)  # moving both at once is refused
+    assert found["search"][1:] == found["set by set"][1:]  # the same retraces, in another order
