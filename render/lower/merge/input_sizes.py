@@ -48,7 +48,7 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     fixed: Fixed = []
     first = tries.attempt(sets, frozenset())
     holds = held_sets(trace)
-    found = search(tries, sets, holds, first)
+    found = search(tries, sets, holds, first, {s.input.name for s in trace.state})
     plan: Plan | str | None
     if found is not None:
         plan, sets, fixed = found

@@ -63,11 +63,12 @@ class _Part:
 
 
 def search(
-    tries: Attempts, sets: list[list[Dim]], holds: list[list[Dim]], first: Plan | str
+    tries: Attempts, sets: list[list[Dim]], holds: list[list[Dim]], first: Plan | str, state: set[str]
 ) -> tuple[Plan, list[list[Dim]], Fixed] | None:
     """The plan, the sets it moves and the others fixed with why, as the set-by-set way finds them,
     or None where the search cannot tell (see the module docstring). `first` is the attempt of
-    every set of `sets` together."""
+    every set of `sets` together; `state`, the inputs the code writes (the held sets' other buffers
+    it only reads)."""
     if isinstance(first, str) and not first.startswith(REFUSED) or not isinstance(first, str) and not holds:
         return None
     parts = [] if not isinstance(first, str) else [_Part(dims, False) for dims in sets]
@@ -77,7 +78,7 @@ def search(
     failed: list[tuple[int, ...]] = []
     if isinstance(first, str):  # every set but no held one: moving more than that is refused too
         failed.append(tuple(0 if not part.held else 1 for part in parts))
-    for levels in _ordered(parts):
+    for levels in _ordered(parts, state):
         if any(all(a <= b for a, b in zip(levels, refused)) for refused in failed):
             continue  # moves all that a refused attempt moved
         moving = [dims for part, level in zip(parts, levels) if (dims := part.moving(level))]
@@ -95,15 +96,16 @@ def search(
     return None
 
 
-def _ordered(parts: list[_Part]) -> list[tuple[int, ...]]:
+def _ordered(parts: list[_Part], state: set[str]) -> list[tuple[int, ...]]:
     """The levels of `parts` to try, fewest steps down first; among as many, a set's state ties
-    released before a held set is left out, later sets before earlier ones (a larger size is more
-    often a coincidence), a held set only the state has before one read-only buffers share too (a
-    causal mask of the cache's length), and a whole set left out last."""
+    released before a held set is left out, later sets before earlier ones (the first dimension
+    of the first argument, its batch, is the one a cache is built for), a held set only the state
+    has before one that buffers the code only reads share too (a causal mask of the cache's
+    length), and a whole set left out last."""
     def rank(k: int, step: int) -> tuple[int, int]:
         part = parts[k]
         if part.held:
-            kind = 1 if all(d.state for d in part.dims) else 2
+            kind = 1 if all(d.input in state for d in part.dims) else 2
         else:
             kind = 0 if step == 1 and part.levels() == 3 else 3
         return kind, -k
