@@ -54,6 +54,36 @@ def list_header(
     return target, iterable
 
 
+def unpacked(scope: Scope, target: ast.expr, tree: ast.AST, names: list[str]) -> ast.expr:
+    """`for attn, ff in params["layers"]` where the body reads its element only as `layer[0]`,
+    `layer[1]` and torch unpacked it into `names`: the target unpacked, each item read by torch's
+    name. Otherwise `target` as it was."""
+    if not names or not isinstance(target, ast.Name):
+        return target
+    element = target.id
+    places = places_of(tree)
+    items: list[tuple[Place, int]] = []
+    for parent, attr, _, node in positions(tree):
+        if isinstance(node, ast.Name) and node.id == element:
+            read = isinstance(parent, ast.Subscript) and attr == "value" and isinstance(parent.slice, ast.Constant)
+            if not read:
+                return target  # the element read whole: it stays one name
+            assert isinstance(parent, ast.Subscript) and isinstance(parent.slice, ast.Constant)
+            k = parent.slice.value
+            if type(k) is not int or not 0 <= k < len(names):
+                return target
+            items.append((places[id(parent)], k))
+    fresh = [scope.fresh(name, "loop") for name in names]
+    for place, k in items:
+        put(*place, named(fresh[k]))
+    return ast.Tuple([named(n, ast.Store()) for n in fresh], ast.Store())
+
+
+def places_of(tree: ast.AST) -> Places:
+    """Where each node of `tree` sits, by `id`."""
+    return {id(node): (parent, attr, index) for parent, attr, index, node in positions(tree)}
+
+
 def sliced(iterable: ast.expr, start: int) -> ast.expr:
     """The header's lists from `start` on (`params["block"][1:]`, each list of a `zip`)."""
     if not start:

@@ -22,6 +22,7 @@ from jaxside.render.lower.loop_headers import (
     list_name,
     range_header,
     sliced,
+    unpacked,
 )
 from jaxside.render.lower.loop_inputs import take_as_list, zipped
 from jaxside.render.lower.loop_match import Pattern
@@ -150,6 +151,7 @@ def _header(
     zipped = torch_source.zipped_names(source)
     target, iterable = list_header(scope, varying, places, lambda indexed, another: list_name(
         indexed, element, zipped, another))
+    target = unpacked(scope, target, module, torch_source.unpacked_names(source))
     return target, sliced(iterable, skipped)
 
 
