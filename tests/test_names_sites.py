@@ -118,7 +118,8 @@ def test_a_returned_cache_is_named_as_the_cache():
     assert '{"keys": keys, "values": values}' in text, text
     assert not re.search(r"\b(value_states|k_embed)(_\d+)?\b", _def(text, "forward")), text
     layer = _def(text, "llama_decoder_layer_forward")
-    assert re.search(r"\), keys, values = llama_attention_forward\(", layer), layer
+    # its `(attn_output, attn_weights)` with the weights None: the value itself, beside the cache
+    assert re.search(r"\n    hidden_states_1, keys, values = llama_attention_forward\(", layer), layer
     assert layer.rstrip().endswith("return hidden_states, keys, values"), layer
     mlp = _def(text, "llama_mlp_forward")
     assert "act_fn_times_up_proj = act_fn * (" in mlp, mlp

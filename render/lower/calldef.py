@@ -426,7 +426,7 @@ class CallDef(Body):
                 if v in self.env or not self.uses[v]:
                     names.append("_")
                     continue
-                single = module_attribute(self.site.text, child.call) if self.site and len(paths) == 1 else None
+                single = module_attribute(self.site.text, child.call) if self.site and paths == [""] else None
                 name = self._target(v, self.site, "value", returned_as=callee[k] or single)
                 self.env[v] = named(name)
                 names.append(name)

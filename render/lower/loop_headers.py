@@ -65,8 +65,8 @@ def unpacked(scope: Scope, target: ast.expr, tree: ast.AST, names: list[str]) ->
     items: list[tuple[Place, int]] = []
     for parent, attr, _, node in positions(tree):
         if isinstance(node, ast.Name) and node.id == element:
-            read = isinstance(parent, ast.Subscript) and attr == "value" and isinstance(parent.slice, ast.Constant)
-            if not read:
+            item = isinstance(parent, ast.Subscript) and isinstance(parent.slice, ast.Constant)
+            if not (item and attr == "value"):
                 return target  # the element read whole: it stays one name
             assert isinstance(parent, ast.Subscript) and isinstance(parent.slice, ast.Constant)
             k = parent.slice.value
