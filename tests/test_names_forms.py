@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
-from pathlib import Path
+
+from conftest import load_model
 
 from jaxside.annotate.check import check_export, load_module
 from jaxside.annotate.check_modules import runner
@@ -18,18 +18,11 @@ from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import capture
 
-MODELS = Path(__file__).resolve().parent / "models"
 SOURCE = "tests/models/torch_forms.py"
 
 
-@functools.cache
 def _forms() -> object:
-    sys.path.insert(0, str(MODELS))
-    try:
-        import torch_forms
-    finally:
-        sys.path.remove(str(MODELS))
-    return torch_forms
+    return load_model("torch_forms")
 
 
 @functools.cache

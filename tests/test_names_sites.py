@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_model
 
 from jaxside.annotate.check import check_export, load_module
 from jaxside.annotate.check_modules import runner
@@ -22,17 +21,9 @@ from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import capture
 
-MODELS = Path(__file__).resolve().parent / "models"
 
-
-@functools.cache
 def _model() -> object:
-    sys.path.insert(0, str(MODELS))
-    try:
-        import site_names
-    finally:
-        sys.path.remove(str(MODELS))
-    return site_names
+    return load_model("site_names")
 
 
 @functools.cache

@@ -67,6 +67,8 @@ def module_attribute(text: str | None, call: Any) -> str | None:
     """The module's own attribute (`act`) where the torch expression `text` calls another one
     (`self.mlpf(...)`, see `call_name`); None where the expression names the call."""
     path = getattr(call, "module_path", None) or ""
+    if not str(getattr(call, "function", "")).endswith(".forward"):
+        return None  # a method called by its name (`self.attn.compute(x)`): the expression says it
     try:
         node = ast.parse(text.strip(), mode="eval").body if text else None
     except SyntaxError:
