@@ -57,6 +57,14 @@ def test_a_loop_over_pairs_unpacks_them_as_torch_does_and_keeps_the_carry_name()
     assert not any(re.search(r"\bitem\b|\bx_1\b", line) for line in lines[start - 3 : start + 4])
 
 
+def test_pairs_the_params_do_not_hold_whole_are_not_unpacked():
+    """`for attn, ff in self.layers` where `ff` (a ReLU) has no parameters: `params["layers"][i]`
+    holds one item, so unpacking it into two would fail; the element stays one name."""
+    lines = _lines(_exported("halves"))
+    assert not any(line.startswith("for attn, ff in") for line in lines), lines
+    assert any(re.fullmatch(r"for \w+ in params\[\"layers\"\]:", line) for line in lines), lines
+
+
 def test_a_def_whose_other_returned_items_are_none_returns_the_value_itself():
     """transformers' `return attn_output, attn_weights` (None): the def returns `attn_output`, its
     caller binds it (no `(hidden_states_1,) = ...` or `[0]`); the entry keeps torch's `(x, None)`."""

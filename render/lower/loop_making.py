@@ -22,6 +22,7 @@ from jaxside.render.lower.loop_headers import (
     list_name,
     range_header,
     sliced,
+    tree_length,
     unpacked,
 )
 from jaxside.render.lower.loop_inputs import take_as_list, zipped
@@ -151,7 +152,9 @@ def _header(
     zipped = torch_source.zipped_names(source)
     target, iterable = list_header(scope, varying, places, lambda indexed, another: list_name(
         indexed, element, zipped, another))
-    target = unpacked(scope, target, module, torch_source.unpacked_names(source))
+    names = torch_source.unpacked_names(source)
+    length = tree_length(ctx, function, iterable, skipped) if names else None
+    target = unpacked(scope, target, module, names, length)
     return target, sliced(iterable, skipped)
 
 

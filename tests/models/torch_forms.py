@@ -50,6 +50,19 @@ class Pairs(nn.Module):
         return x
 
 
+class Halves(nn.Module):
+    """Pairs whose second module has no parameters: each element of `params["layers"]` holds one."""
+
+    def __init__(self, dim, depth=3):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.ModuleList([Mixer(dim), nn.ReLU()]) for _ in range(depth)])
+
+    def forward(self, x):
+        for attn, ff in self.layers:
+            x = ff(attn(x)) + x
+        return x
+
+
 class Attention(nn.Module):
     """transformers' attention: `(attn_output, attn_weights)`, the weights None unless asked for."""
 
@@ -145,5 +158,5 @@ def build(name):
     x = torch.randn(2, 5, DIM)
     if name == "write":
         return Write(), (torch.randn(3, 5), torch.randn(3, 4))
-    model = {"pairs": Pairs, "decoder": Decoder, "block": Block, "bump": Bump}[name](DIM)
+    model = {"pairs": Pairs, "halves": Halves, "decoder": Decoder, "block": Block, "bump": Bump}[name](DIM)
     return model.eval(), (x,)
