@@ -1,0 +1,204 @@
+"""Retraces that replay repeated module calls (`Capture(like=...)`, tracing/_replay.py) give the
+trace a full retrace gives: the same jaxpr, sites, call tree, Seen records and origins, hence the
+same exported module; calls that are not provably alike run torch again."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import ROOT, load_sample
+
+from jaxside.render.lower import lower
+from jaxside.render.module import render_program
+from jaxside.tracing import Capture, _internals
+
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """Counts the equations replays emitted (`.call_count`); a mock, as a function of this
+    file would be recorded as user code."""
+    counted = mock.Mock(wraps=_internals.emit_like)
+    monkeypatch.setattr(_internals, "emit_like", counted)
+    return counted
+
+
+def assert_same_trace(full: Any, replayed: Any) -> None:
+    """Equal but for var names: jaxpr, sites, each call's record, every value's origin."""
+    assert str(full.jaxpr) == str(replayed.jaxpr)
+    vars_ = dict(zip(full.jaxpr.jaxpr.invars, replayed.jaxpr.jaxpr.invars))
+    vars_.update(zip(full.jaxpr.jaxpr.constvars, replayed.jaxpr.jaxpr.constvars))
+    for a, b in zip(full.jaxpr.jaxpr.eqns, replayed.jaxpr.jaxpr.eqns):
+        vars_.update(zip(a.outvars, b.outvars))
+    assert full.eqn_sites == replayed.eqn_sites
+    assert [c.function for c in full.eqn_calls] == [c.function for c in replayed.eqn_calls]
+
+    def same(a: Any) -> Any:
+        return vars_.get(a, a) if isinstance(a, _internals.Var) else a
+
+    full_calls, replayed_calls = list(full.root.walk()), list(replayed.root.walk())
+    assert len(full_calls) == len(replayed_calls)
+    for a, b in zip(full_calls, replayed_calls):
+        fields = ("function", "file", "line", "module_path", "module_type", "eqns", "call_site", "raised")
+        assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+        assert [(n, same(v)) for n, v in a.args] == b.args
+        assert [(n, same(v)) for n, v in a.returned] == b.returned
+        assert [same(v) for v in a.inputs] == b.inputs and [same(v) for v in a.outputs] == b.outputs
+        assert [(n, line, same(v)) for n, line, v in a.seen.bindings] == b.seen.bindings
+        assert (a.seen.numbers, a.seen.attributes, a.seen.lines) == (
+            b.seen.numbers, b.seen.attributes, b.seen.lines)
+    assert {vars_.get(v, v): o for v, o in full.origins.items()} == replayed.origins
+
+
+def exports(fn: Any, args: tuple, watch: list[str] = ()) -> tuple[str, str, int]:
+    """The module exported with full retraces and with replaying ones (each retrace compared with
+    the full one), and how many retraces there were."""
+    base = Capture(watch=watch)(fn, *args)
+    retraces = [0]
+
+    def full(resize: Any) -> Any:
+        return Capture(watch=watch, resize=resize)(fn, *args)
+
+    def replaying(resize: Any) -> Any:
+        retraces[0] += 1
+        replayed = Capture(watch=watch, resize=resize, like=base)(fn, *args)
+        assert_same_trace(full(resize), replayed)
+        return replayed
+
+    plain = render_program(lower(base, full), source="test")
+    return plain, render_program(lower(base, replaying), source="test"), retraces[0]
+
+
+def test_llama_sample_with_its_kv_cache_replays_its_layers(replays):
+    llama = load_sample("llama_model")
+    llama.transformer_configs["replay4"] = dict(
+        block_size=32, vocab_size=64, n_layer=4, n_head=4, n_local_heads=2, dim=32)
+    model = llama.build("replay4")
+    plain, replayed, retraces = exports(model, (torch.zeros(1, 8, dtype=torch.long), torch.arange(8)))
+    assert replayed == plain and retraces
+    assert replays.call_count > 0
+
+
+def test_a_gpt_replays_its_blocks(replays):
+    from tiny_gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=32, n_layer=3, n_head=2, n_embd=16)).eval()
+    watch = [str(ROOT / "tests" / "models" / "tiny_gpt.py")]
+    plain, replayed, retraces = exports(model, (torch.zeros(1, 8, dtype=torch.long),), watch)
+    assert replayed == plain and retraces
+    assert replays.call_count > 0
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_transformers_models_export_the_same(family):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64)
+        model = transformers.LlamaForCausalLM(config).eval()
+    else:
+        config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=3, n_head=4, n_positions=64)
+        model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    plain, replayed, retraces = exports(_Logits(model), (ids,))
+    assert replayed == plain and retraces
+
+
+class _Logits(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids, use_cache=False).logits
+
+
+class _Layer(nn.Module):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.index == 1 and x.shape[0] > 2:  # only this layer, only at some sizes
+            x = x * 2
+        return torch.tanh(self.proj(x))
+
+
+class _Branching(nn.Module):
+    """Layers alike at the example size but for the index one of them branches on, with the size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Layer(i) for i in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+_CONTEXT: dict[str, Any] = {}
+
+
+class _Reading(nn.Module):
+    """A layer that reads its parent's buffer, handed over out of sight (neither argument nor state)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) * _CONTEXT["offset"].mean()
+
+
+class _Parent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("offset", torch.arange(8.0))
+        self.layers = nn.ModuleList(_Reading() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _CONTEXT["offset"] = self.offset
+        try:
+            for layer in self.layers:
+                x = layer(x)
+        finally:
+            _CONTEXT.clear()
+        return x
+
+
+@pytest.mark.parametrize("model", [_Branching, _Parent])
+def test_calls_not_provably_alike_run_again(model, replays):
+    torch.manual_seed(0)
+    fn = model().eval()
+    x = torch.randn(2, 8)
+    base = Capture()(fn, x)
+    full = Capture(resize={"x": (4, 8)})(fn, x)
+    replayed = Capture(resize={"x": (4, 8)}, like=base)(fn, x)
+    assert_same_trace(full, replayed)
+    assert replays.call_count == 0
+    plain, exported, _ = exports(fn, (x,))
+    assert exported == plain
+
+
+def test_the_same_layers_replay_where_nothing_differs(replays):
+    """The control of the test above: `_Layer`s that never branch are replayed."""
+    torch.manual_seed(0)
+    fn = nn.Sequential(*(_Layer(0) for _ in range(3)))
+    wrapped = _Branching()
+    wrapped.layers = nn.ModuleList(fn)
+    x = torch.randn(2, 8)
+    base = Capture()(wrapped, x)
+    replayed = Capture(resize={"x": (4, 8)}, like=base)(wrapped, x)
+    assert_same_trace(Capture(resize={"x": (4, 8)})(wrapped, x), replayed)
+    assert replays.call_count > 0
