@@ -33,6 +33,7 @@ class Repeats:
         self._kinds: dict[int, Hashable] = {}
         self._counts: dict[tuple[str, str, int], dict[Hashable, int]] = {}
         self._jaxprs: dict[int, str] = {}
+        self._equations: dict[int, Hashable] = {}
 
     def kind(self, module_path: str, occurrence: int, code: CodeType) -> Hashable | None:
         """What the `occurrence`-th call of the module at `module_path` was like in the trace, if it
@@ -87,9 +88,18 @@ class Repeats:
                     inputs.append(("literal", repr(var)))
             for i, var in enumerate(eqn.outvars):
                 made[var] = ("eqn", n, i)
-            params = tuple((name, self._param(value)) for name, value in eqn.params.items())
-            body.append((eqn.primitive.name, params, tuple(str(v.aval) for v in eqn.outvars), tuple(inputs)))
+            body.append((self._equation(index), tuple(inputs)))
         return tuple(body)
+
+    def _equation(self, index: int) -> Hashable:
+        """An equation but for its vars: primitive, params, output types (once per equation)."""
+        known = self._equations.get(index)
+        if known is None:
+            eqn = self.eqns[index]
+            params = tuple((name, self._param(value)) for name, value in eqn.params.items())
+            known = (eqn.primitive.name, params, tuple(v.aval for v in eqn.outvars))
+            self._equations[index] = known
+        return known
 
     def _param(self, value: object) -> Hashable:
         """A param as something to compare: plain values as they are, jaxprs by their text, other
@@ -119,6 +129,8 @@ def _runs(call: Call, code: CodeType) -> bool:
 def _relative(path: str | None, base: str) -> str | None:
     if path is None or not base:
         return path
+    if path == base:
+        return ""
     return path[len(base) + 1:] if path.startswith(base + ".") else "/" + path
 
 
