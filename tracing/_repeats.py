@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Hashable
 from types import CodeType
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +80,7 @@ class Repeats:
         body = []
         for n, index in enumerate(call.all_eqns()):
             eqn = self.eqns[index]
-            inputs = []
+            inputs: list[Hashable] = []
             for var in eqn.invars:
                 if isinstance(var, _internals.Var):
                     inputs.append(made.get(var) or outside.setdefault(var, ("in", len(outside))))
@@ -118,7 +118,7 @@ class Repeats:
                 hash(value)
             except TypeError:
                 return type(value).__qualname__
-            return cast("Hashable", value)
+            return value
         return type(value).__qualname__
 
 
@@ -134,8 +134,8 @@ def _relative(path: str | None, base: str) -> str | None:
     return path[len(base) + 1:] if path.startswith(base + ".") else "/" + path
 
 
-def _plain(value: object) -> Hashable:
-    return tuple(value) if isinstance(value, list) else cast("Hashable", value)
+def _plain(value: Any) -> Hashable:
+    return tuple(value) if isinstance(value, list) else value
 
 
 _LATEST: dict[int, Repeats] = {}

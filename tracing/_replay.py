@@ -291,7 +291,9 @@ def _shared_modules(root: torch.nn.Module | None) -> set[int]:
 
 def _outputs(out: Any, call: _Call, known: set[Any]) -> list[tuple[str, Any]] | None:
     """How to rebuild each leaf of the return value on replay; None if one cannot be."""
-    by_object = {id(leaf): ("arg", i) for i, leaf in enumerate(call.leaves) if isinstance(leaf, torch.Tensor)}
+    by_object: dict[int, tuple[str, Any]] = {
+        id(leaf): ("arg", i) for i, leaf in enumerate(call.leaves) if isinstance(leaf, torch.Tensor)
+    }
     by_object.update({id(tensor): ("state", name) for name, tensor in call.state})
     outputs: list[tuple[str, Any]] = []
     for leaf in torch_pytree.tree_leaves(out):
