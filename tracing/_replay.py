@@ -157,10 +157,14 @@ class Replayer:
         finally:
             nested = self.recording.pop()
         template = None
+        leaves, spec = torch_pytree.tree_flatten((args, kwargs))  # a list argument appended to?
+        state = self._state(call.module)  # a tensor attribute set anew?
         unchanged = (
-            [_internals.var_of(leaf) for leaf in call.leaves] == arg_vars
+            repr(spec) == repr(call.spec) and len(leaves) == len(call.leaves)
+            and all(a is b for a, b in zip(leaves, call.leaves))
+            and [_internals.var_of(leaf) for leaf in call.leaves] == arg_vars
             and _attributes(call.module) == before[2] and self.env.param.prng is before[3]
-            and all(t is now for (_, t), (_, now) in zip(call.state, self._state(call.module)))
+            and len(state) == len(call.state) and all(a is b for (_, a), (_, b) in zip(call.state, state))
         )
         if unchanged and siblings is self.recorder.siblings():
             template = self._template(call, trace, out, before[1], siblings[before[0]:], state_vars)
