@@ -40,10 +40,14 @@ def assemble(
     positions: list[int] = []
     sites: list[Site | None] = []
     user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
+    by_traceback: dict[int, Site | None] = {}  # equations a retrace replayed share their template's
     for eqn in jaxpr.eqns:
         previous = positions[-1] if positions else 0
         positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
-        sites.append(_innermost_user_site(eqn, entry.is_user_file, user_code, sources))
+        traceback = id(_internals.traceback_of(eqn))
+        if traceback not in by_traceback:
+            by_traceback[traceback] = _innermost_user_site(eqn, entry.is_user_file, user_code, sources)
+        sites.append(by_traceback[traceback])
 
     module_paths = returned.module_paths
     views = returned.views

@@ -173,6 +173,12 @@ def raw_frames(eqn: jax_core.JaxprEqn) -> tuple[Sequence[Any], Sequence[int]]:
     return traceback.raw_frames() if traceback is not None else ((), ())
 
 
+def traceback_of(eqn: jax_core.JaxprEqn) -> object:
+    """The Python stack `eqn` was emitted from, as JAX keeps it (None if it kept none): one object
+    per emission, shared by the equations a retrace replayed from one (`tracing._replay`)."""
+    return eqn.source_info.traceback
+
+
 def to_jax_dtype(dtype: Any) -> Any:
     return _mappings.t2j_dtype(dtype)
 

@@ -112,7 +112,7 @@ class Replayer:
         if key not in self.templates:
             return self._record(key, call, trace, original, args, kwargs)
         template = self.templates[key]
-        if template is None or not _inputs_fit(template, call, trace):
+        if template is None or not _inputs_fit(template, call):
             return original(module, *args, **kwargs)
         self.replayed += 1
         return self._replay(template, call, trace)
@@ -270,11 +270,11 @@ def _attributes(module: torch.nn.Module) -> tuple[Hashable, ...]:
     return tuple(held)
 
 
-def _held(value: object) -> Hashable:
+def _held(value: object, depth: int = 0) -> Hashable:
     if isinstance(value, _PLAIN):
         return (type(value), value)
-    if isinstance(value, (tuple, list)) and len(value) <= 64:
-        return (type(value), tuple(_held(item) for item in value))
+    if isinstance(value, (tuple, list)) and len(value) <= 64 and depth < 4:
+        return (type(value), tuple(_held(item, depth + 1) for item in value))
     return ("object", id(value))
 
 
@@ -340,7 +340,7 @@ def _receivers_in(record: CallRecord, paths: dict[int, str]) -> bool:
     )
 
 
-def _inputs_fit(template: _Template, call: _Call, trace: Any) -> bool:
+def _inputs_fit(template: _Template, call: _Call) -> bool:
     """Whether the outside values the template read are, in this call, one traced value each."""
     state = dict(call.state)
     for where in template.sources.values():
