@@ -205,11 +205,36 @@ class _Moded(nn.Module):
         return x
 
 
-@pytest.mark.parametrize(("model", "replayed_layers"), [(_Branching, 0), (_Parent, 0), (_Moded, 1)])
+class _Drop(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(x))
+
+
+class _Dropping(nn.Module):
+    """Alike layers that draw (dropout in training): each draw splits the key anew."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Drop() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize(
+    ("model", "replayed_layers"), [(_Branching, 0), (_Parent, 0), (_Moded, 1), (_Dropping, 0)]
+)
 def test_calls_not_provably_alike_run_again(model, replayed_layers, replays):
     """Only `_Moded`'s third layer replays (from the first): the base trace shows the second unlike."""
     torch.manual_seed(0)
-    fn = model().eval()
+    fn = model()
     x = torch.randn(2, 8)
     base = Capture()(fn, x)
     full = Capture(resize={"x": (4, 8)})(fn, x)

@@ -296,6 +296,11 @@ def emit_like(trace: Any, eqn: Any, inputs: list[Any]) -> list[Any]:
     return tracers
 
 
+def random_key(env: Any) -> object:
+    """The key the environment's random ops split next (torchax keeps it in ``env.param.prng``)."""
+    return env.param.prng
+
+
 def set_jax_value(tensor: TorchaxTensor, value: object) -> None:
     """Update a torchax tensor in place, as its in-place ops do."""
     tensor._elem = value

@@ -148,7 +148,7 @@ class Replayer:
     ) -> Any:
         probe = self.probe
         siblings = self.recorder.siblings()
-        before = (len(siblings), probe.watermark(), _attributes(call.module), self.env.param.prng)
+        before = (len(siblings), probe.watermark(), _attributes(call.module), _internals.random_key(self.env))
         arg_vars = [_internals.var_of(leaf) for leaf in call.leaves]
         state_vars = [_internals.var_of(tensor) for _, tensor in call.state]
         self.recording.append({})
@@ -163,7 +163,7 @@ class Replayer:
             repr(spec) == repr(call.spec) and len(leaves) == len(call.leaves)
             and all(a is b for a, b in zip(leaves, call.leaves))
             and [_internals.var_of(leaf) for leaf in call.leaves] == arg_vars
-            and _attributes(call.module) == before[2] and self.env.param.prng is before[3]
+            and _attributes(call.module) == before[2] and _internals.random_key(self.env) is before[3]
             and len(state) == len(call.state) and all(a is b for (_, a), (_, b) in zip(call.state, state))
         )
         if unchanged and siblings is self.recorder.siblings():
