@@ -95,7 +95,6 @@ class Replayer:
         self.counts: dict[int, int] = {}
         self.recording: list[dict[int, int]] = []
         self.shared = _shared_modules(root)
-        self.replayed = 0
 
     def call(self, original: Callable[..., Any], module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
         occurrence = self.counts.get(id(module), 0)
@@ -114,7 +113,6 @@ class Replayer:
         template = self.templates[key]
         if template is None or not _inputs_fit(template, call):
             return original(module, *args, **kwargs)
-        self.replayed += 1
         return self._replay(template, call, trace)
 
     def _seen(
