@@ -4,6 +4,7 @@ same exported module; calls that are not provably alike run torch again."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any
 from unittest import mock
@@ -16,8 +17,6 @@ from conftest import ROOT, load_sample
 from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import Capture, _internals
-
-sys.path.insert(0, str(ROOT / "tests" / "models"))
 
 
 @pytest.fixture
@@ -77,20 +76,25 @@ def exports(fn: Any, args: tuple, watch: list[str] = ()) -> tuple[str, str, int]
 
 def test_llama_sample_with_its_kv_cache_replays_its_layers(replays):
     llama = load_sample("llama_model")
-    llama.transformer_configs["replay4"] = dict(
-        block_size=32, vocab_size=64, n_layer=3, n_head=4, n_local_heads=2, dim=32)
-    model = llama.build("replay4")
+    config = llama.ModelArgs(block_size=32, vocab_size=64, n_layer=3, n_head=4, n_local_heads=2, dim=32)
+    torch.manual_seed(0)
+    model = llama.Transformer(config)
+    model.setup_caches(max_batch_size=1, max_seq_length=config.block_size)
+    model.eval()
     plain, replayed, retraces = exports(model, (torch.zeros(1, 8, dtype=torch.long), torch.arange(8)))
     assert replayed == plain and retraces
     assert replays.call_count > 0
 
 
 def test_a_gpt_replays_its_blocks(replays):
-    from tiny_gpt import GPT, GPTConfig
-
+    path = ROOT / "tests" / "models" / "tiny_gpt.py"
+    spec = importlib.util.spec_from_file_location("_replay_tiny_gpt", path)  # not `tiny_gpt`: other
+    gpt = importlib.util.module_from_spec(spec)  # tests import their own copy by that name
+    sys.modules[spec.name] = gpt
+    spec.loader.exec_module(gpt)
     torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=16, vocab_size=32, n_layer=3, n_head=2, n_embd=16)).eval()
-    watch = [str(ROOT / "tests" / "models" / "tiny_gpt.py")]
+    model = gpt.GPT(gpt.GPTConfig(block_size=16, vocab_size=32, n_layer=3, n_head=2, n_embd=16)).eval()
+    watch = [str(path)]
     plain, replayed, retraces = exports(model, (torch.zeros(1, 8, dtype=torch.long),), watch)
     assert replayed == plain and retraces
     assert replays.call_count > 0
