@@ -183,7 +183,9 @@ def _annotate(options: Options, user_files: UserFiles, status: Status) -> int:
     if options.jax.generic:
         def retrace(resize: dict[str, tuple[int, ...]]) -> Any:
             settle()  # the program before, kept until the sizes are fitted
-            again = Capture(watch=watch, abstract=options.abstract, resize=resize, progress=status.progress)
+            again = Capture(
+                watch=watch, abstract=options.abstract, resize=resize, progress=status.progress, like=trace
+            )
             with stdout_to_stderr(), quiet():
                 return again(entry.fn, *entry.args, **entry.kwargs)
         retrace = announced(retrace, status, trace)

@@ -149,3 +149,33 @@ def test_view_values_notes_the_var_a_lazy_view_becomes():
     assert seen["lazy"] and seen["is_view"]
     assert seen["var"] in {v for e in closed.jaxpr.eqns for v in e.outvars}
     assert seen["var"].aval.shape == (2,)
+
+
+def test_recorded_equations_emitted_again_on_other_inputs():
+    """What `tracing._replay` does: a run of equations read back and emitted on other tracers,
+    the same primitives, params and source info (hence traceback) each time."""
+
+    def f(x, y):
+        frame = _internals.current_jaxpr_frame()
+        trace = _internals.current_trace(frame)
+        assert trace is not None and _internals.traced_here(x, trace)
+        start = _internals.equation_count(frame)
+        a = jnp.sin(x) * 2.0
+        eqns = _internals.recorded_equations(frame, start, _internals.equation_count(frame))
+        assert all(_internals.replayable_equation(frame, eqn) for eqn in eqns)
+        env = {_internals.var_of(x): y}
+        for eqn in eqns:
+            tracers = _internals.equation_inputs(eqn)
+            inputs = [t if _internals.is_literal_tracer(t) else env[t.val] for t in tracers]
+            env.update(zip(eqn.outvars, _internals.emit_like(trace, eqn, inputs)))
+        return a, env[_internals.var_of(a)]
+
+    closed = jax.make_jaxpr(f)(jnp.ones(3), jnp.ones(3))
+    eqns = closed.jaxpr.eqns
+    assert [e.primitive.name for e in eqns] == ["sin", "mul", "sin", "mul"]
+    assert eqns[2].invars[0] is closed.jaxpr.invars[1]
+    assert _internals.traceback_of(eqns[0]) is _internals.traceback_of(eqns[2])
+    assert eqns[1].params == eqns[3].params and str(eqns[1].invars[1]) == str(eqns[3].invars[1])
+    tensor = _internals.wrap(jnp.zeros(2), _internals.torchax.default_env())
+    _internals.set_jax_value(tensor, jnp.ones(2))
+    assert float(_internals.jax_value(tensor).sum()) == 2.0

@@ -31,20 +31,7 @@ def assemble(
     `emitted` the output vars of each equation in emission order."""
     jaxpr = closed.jaxpr
     sources = SourceIndex()
-    emitted_index: dict[Any, int] = {}
-    for index, outvars in enumerate(emitted):
-        for var in outvars or ():
-            emitted_index[var] = index
-
-    # Each equation's place in emission order, and its innermost user-code expression.
-    positions: list[int] = []
-    sites: list[Site | None] = []
-    user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
-    for eqn in jaxpr.eqns:
-        previous = positions[-1] if positions else 0
-        positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
-        sites.append(_innermost_user_site(eqn, entry.is_user_file, user_code, sources))
-
+    positions, sites = _places(jaxpr, emitted, entry.is_user_file, sources)
     module_paths = returned.module_paths
     views = returned.views
 
@@ -101,6 +88,28 @@ def assemble(
         static_outputs=returned.static, state=state, root=root, origins=origins,
         eqn_sites=sites, eqn_calls=eqn_calls, entry=entry.name, frontend=entry.frontend, **jax_parts,
     )
+
+
+def _places(
+    jaxpr: Any, emitted: list[Any], is_user_file: Callable[[str], bool], sources: SourceIndex
+) -> tuple[list[int], list[Site | None]]:
+    """Each equation's place in emission order, and its innermost user-code expression."""
+    emitted_index: dict[Any, int] = {}
+    for index, outvars in enumerate(emitted):
+        for var in outvars or ():
+            emitted_index[var] = index
+    positions: list[int] = []
+    sites: list[Site | None] = []
+    user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
+    by_traceback: dict[int, Site | None] = {}  # equations a retrace replayed share their template's
+    for eqn in jaxpr.eqns:
+        previous = positions[-1] if positions else 0
+        positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
+        traceback = id(_internals.traceback_of(eqn))
+        if traceback not in by_traceback:
+            by_traceback[traceback] = _innermost_user_site(eqn, is_user_file, user_code, sources)
+        sites.append(by_traceback[traceback])
+    return positions, sites
 
 
 def _seen(record: CallRecord, views: Mapping[int, tuple[object, Any]]) -> Seen:

@@ -38,6 +38,9 @@ class Capture:
     so a model built on the ``meta`` device is traced without allocating a weight.
     `resize` traces torch inputs at other shapes: jaxpr input name (`x`, `layers.0.cache.k`) ->
     the shape it gets instead (abstract, so no value is needed).
+    `like` (a retrace's: the trace at the example sizes) lets a torch capture replay a module call
+    that repeats one it already ran, alike in every way the trace shows, instead of running torch
+    again (`tracing._replay`); the `Trace` is the same.
     `progress` is called with a `Progress` once a capture has run `PROGRESS_AFTER` seconds,
     then at most every `PROGRESS_EVERY` seconds.
     """
@@ -47,12 +50,15 @@ class Capture:
     abstract: bool = False
     resize: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     progress: Callable[[Progress], None] | None = None
+    like: Trace | None = None
 
     def __call__(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Trace:
         frontend = JaxSession if is_jax_entry(fn, args, kwargs) else TorchSession
         if frontend is JaxSession:
             return record(JaxSession(fn, args, kwargs, watch=self.watch, abstract=self.abstract), self)
-        session = TorchSession(fn, args, kwargs, watch=self.watch, abstract=self.abstract, resize=self.resize)
+        session = TorchSession(
+            fn, args, kwargs, watch=self.watch, abstract=self.abstract, resize=self.resize, like=self.like
+        )
         return record(session, self)
 
 

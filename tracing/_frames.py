@@ -176,6 +176,23 @@ class Recorder:
         self._codes.append(code)
         return stores
 
+    # -- calls made without a frame (replayed, `tracing._replay`) -------------------
+
+    def siblings(self) -> list[CallRecord]:
+        """Where the record of a call starting now goes: the running user call's children, or the roots."""
+        return self._stack[-1].record.children if self._stack else self.roots
+
+    def adopt(self, records: list[CallRecord]) -> None:
+        """Add records of calls made now that no frame ran (a replayed call's), called from the
+        running user call's current instruction, as `on_call` would have recorded them."""
+        caller = None
+        if self._stack:
+            frame = self._stack[-1].frame
+            caller = (frame.f_code, frame.f_lasti)
+        for record in records:
+            record.caller = caller
+        self.siblings().extend(records)
+
     # -- events ---------------------------------------------------------------------
 
     def on_call(self, frame: FrameType, stores: dict[int, tuple[str, ...]]) -> None:

@@ -173,6 +173,12 @@ def raw_frames(eqn: jax_core.JaxprEqn) -> tuple[Sequence[Any], Sequence[int]]:
     return traceback.raw_frames() if traceback is not None else ((), ())
 
 
+def traceback_of(eqn: jax_core.JaxprEqn) -> object:
+    """The Python stack `eqn` was emitted from, as JAX keeps it (None if it kept none): one object
+    per emission, shared by the equations a retrace replayed from one (`tracing._replay`)."""
+    return eqn.source_info.traceback
+
+
 def to_jax_dtype(dtype: Any) -> Any:
     return _mappings.t2j_dtype(dtype)
 
@@ -229,3 +235,72 @@ def dynamo_not_imported() -> Iterator[None]:
     finally:
         if vars(raw).get("__dynamo_disable") is raw:
             del raw.__dynamo_disable
+
+
+# -- replaying recorded equations (tracing._replay) ----------------------------------------------
+# jax 0.10: while `jax.make_jaxpr` runs, the frame's ``tracing_eqns`` hold ``TracingEqn``s (strong
+# references: ``make_jaxpr`` does no automatic DCE), each with its input tracers, output vars,
+# primitive, params, effects, source info and context; ``DynamicJaxprTrace.emit_eqn`` appends one
+# made of given parts and returns its output tracers, with no abstract evaluation.
+
+
+def current_trace(frame: Any) -> Any:
+    """The trace building `frame` right now, or None (another trace is current: a transformation)."""
+    trace = jax_core.trace_ctx.trace
+    return trace if isinstance(trace, pe.DynamicJaxprTrace) and trace.frame is frame else None
+
+
+def recorded_equations(frame: Any, start: int, end: int) -> list[Any] | None:
+    """The equations `frame` emitted from `start` to `end`, or None if one was dropped."""
+    eqns = []
+    for entry in frame.tracing_eqns[start:end]:
+        eqn = entry() if isinstance(entry, weakref.ReferenceType) else entry
+        if not isinstance(eqn, pe.TracingEqn):
+            return None
+        eqns.append(eqn)
+    return eqns
+
+
+def replayable_equation(frame: Any, eqn: Any) -> bool:
+    """No effects, no constant input, no output with quasi-dynamic data: an equation `emit_like`
+    copies exactly."""
+    if eqn.effects or any(var.aval.has_qdd for var in eqn.outvars):
+        return False
+    return not any(isinstance(t.val, Var) and t.val in frame.constvar_to_val for t in eqn.in_tracers)
+
+
+def equation_inputs(eqn: Any) -> list[Any]:
+    """An equation's input tracers (a literal's tracer stands for its value)."""
+    return list(eqn.in_tracers)
+
+
+def is_literal_tracer(tracer: Any) -> bool:
+    return isinstance(tracer.val, jax_core.Literal)
+
+
+def traced_here(value: object, trace: Any) -> bool:
+    """Whether `value` is a tracer of `trace` standing for a var (not a literal, not a constant)."""
+    return (
+        isinstance(value, pe.DynamicJaxprTracer) and value._trace is trace and isinstance(value.val, Var)
+        and value.val not in trace.frame.constvar_to_val
+    )
+
+
+def emit_like(trace: Any, eqn: Any, inputs: list[Any]) -> list[Any]:
+    """`eqn` emitted again on `inputs` (tracers of `trace`): the same primitive, params, effects,
+    source info and context, fresh output vars; its output tracers."""
+    out_avals = [var.aval for var in eqn.outvars]
+    tracers: list[Any] = trace.emit_eqn(
+        inputs, out_avals, eqn.primitive, eqn.params, eqn.effects, eqn.source_info, eqn.ctx
+    )
+    return tracers
+
+
+def random_key(env: Any) -> object:
+    """The key the environment's random ops split next (torchax keeps it in ``env.param.prng``)."""
+    return env.param.prng
+
+
+def set_jax_value(tensor: TorchaxTensor, value: object) -> None:
+    """Update a torchax tensor in place, as its in-place ops do."""
+    tensor._elem = value

@@ -27,9 +27,10 @@ from jaxside.tracing._frames import Recorder
 from jaxside.tracing._outputs import held_tensors, holds_tensor, plain_output, with_tensors
 from jaxside.tracing._progress import Reporter
 from jaxside.tracing._random import key_input, key_name
+from jaxside.tracing._replay import replaying
 from jaxside.tracing._session import Entry, Returned, bind, entry_code
 from jaxside.tracing.errors import OutputError
-from jaxside.tracing.trace import InputKind
+from jaxside.tracing.trace import InputKind, Trace
 
 
 @dataclass
@@ -45,9 +46,10 @@ class TorchSession:
     def __init__(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], *, watch: Iterable[Any],
         abstract: bool,
-        resize: Mapping[str, tuple[int, ...]] | None = None,
+        resize: Mapping[str, tuple[int, ...]] | None = None, like: Trace | None = None,
     ) -> None:
         self.fn = fn
+        self.like = like
         self.abstract = abstract
         self.resize = dict(resize or {})
         self.module = module_of(fn)
@@ -112,6 +114,7 @@ class TorchSession:
 
     def run(self, flat: tuple[Any, ...], recorder: Recorder, reporter: Reporter) -> Returned:
         env = _internals.torchax.default_env()
+        probe = recorder.probe
         *values, key = flat
         tensors = [_internals.wrap(value, env) for value in values]
         args, kwargs = self._rebuild_arguments(tensors)
@@ -121,8 +124,12 @@ class TorchSession:
             stack.enter_context(env)
             stack.enter_context(_internals.own_random_key(env, key))
             stack.enter_context(torch.device("jax"))
-            stack.enter_context(reporter.watching(self.module_paths))
             views = stack.enter_context(_internals.view_values())
+            if self.like is not None:  # a retrace: repeated module calls replayed (`tracing._replay`)
+                stack.enter_context(replaying(
+                    self.like, recorder, probe, views, self.module, self.module_paths, env, tensor_attributes
+                ))
+            stack.enter_context(reporter.watching(self.module_paths))
             stack.enter_context(recorder)
             out = self.fn(*args, **kwargs)
         out = plain_output(out, lambda value: _internals.view_tensor(value, env))

@@ -65,7 +65,8 @@ def trace_entry(
             def retrace(resize: Any) -> Any:
                 settle()
                 with quiet():
-                    return Capture(watch=watch, abstract=options.abstract, resize=resize)(fn, *args, **kwargs)
+                    again = Capture(watch=watch, abstract=options.abstract, resize=resize, like=trace)
+                    return again(fn, *args, **kwargs)
         settle()
         with quiet():
             program = lower(trace, retrace)
