@@ -54,6 +54,8 @@ class Mapping:
     """The port is a module, traced as `(output, new state)`."""
     checked: list[str] = field(default_factory=list)
     """With `--port-weights`: the report's lines on the loader's leaves against the mapping."""
+    unread: Any = None
+    """`review.unread.Unread`: why each torch tensor the port does not read is left (set after aligning)."""
 
 
 def tokens(path: str) -> list[str]:

@@ -103,24 +103,29 @@ def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping:
          leaves: list[Any]) -> str:
     from jaxside.annotate.review.outputs import lines as output_lines
     from jaxside.annotate.review.outputs import matched
+    from jaxside.annotate.review.unread import line_reasons
 
     outputs_close = matched(leaves)
+    unread = mapping.unread
     torch_file = options.source.file
     out = [f"review: {torch_file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
-               f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
-               if mapping.unused_torch else ""),
+               unread.text() if unread is not None else "; torch weights the port does not read: "
+               + ", ".join(mapping.unused_torch) if mapping.unused_torch else ""),
            *mapping.checked, "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
     torch_label = labels(side_files(torch, torch_file))
     port_label = labels(side_files(port, options.port))
+    why = line_reasons(torch, alignment, unread, site_of)
     for (file, line), (lines, err, ok, seen) in rows(torch, port, alignment).items():
         where = grouped(lines, port_label) if lines else "-"
         shown = error_text(err) if err is not None else "unmatched"
-        mark = "" if not seen else ("  ok" if ok else "  DIFFERS")
+        mark = ("" if (file, line) not in why else f"  ({why[(file, line)]})") if not seen else (
+            "  ok" if ok else "  DIFFERS")
         name = f"{torch_label.get(file, Path(file).name)}:{line}"
         out.append(f"{name:<24}{where:<32}{shown:>10}{mark}".replace(f"{name}{where}", f"{name} {where}"))
-    out.append("")
+    cache = unread.cache_line() if unread is not None else None
+    out += ["", *([cache] if cache else [])]
     first = alignment.first
     if first is not None:
         t, p = torch.values[first.torch_var], port.values[first.port_var]

@@ -193,11 +193,12 @@ def params_map(path: str | Mapping[str, str], state: dict[str, Any]) -> dict[str
     return given
 
 
-def input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> dict[Any, Any]:
+def input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str],
+                aliases: Mapping[str, list[str]] | None = None) -> dict[Any, Any]:
     """Torch input var -> port input var: mapped weights by name (`pairs`: port input name -> torch
-    name), data inputs in order."""
+    name; a tied tensor's input meets a port input mapped to any of its `aliases`), data inputs in order."""
     port_by_name = {item.name: item.var for item in port_trace.inputs}
-    mapped = {name: port for port, name in pairs.items()}
+    mapped = {alias: port for port, name in pairs.items() for alias in (aliases or {}).get(name, [name])}
     result = {}
     torch_data = [i.var for i in torch_trace.inputs if i.kind == "arg"]
     port_data = [i.var for i in port_trace.inputs if i.name not in pairs]
