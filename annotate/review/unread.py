@@ -10,6 +10,8 @@ that forgot something:
   torch lines computing it or from it have no port values, for that reason alone);
 - a **buffer** (not a parameter: a causal mask, a rotary table) from which torch computes values
   the port computes too, equal: the port makes it itself (`jnp.tril(...)`) or holds its own;
+- a tensor torch's own program does not read (transformers' `original_inv_freq`) is no omission:
+  not reported;
 - anything else the port does not read, as before.
 """
 
@@ -31,6 +33,9 @@ class Unread:
     """Torch buffers the port does not read but whose results it computes, equal."""
     unread: list[str] = field(default_factory=list)
     """The rest: torch tensors the port does not read."""
+    later: list[str] = field(default_factory=list)
+    """Buffers the port does not read whose every use in torch comes after the first divergence:
+    whether the port makes them itself cannot be told."""
     reasons: dict[Any, str] = field(default_factory=dict)
     """Torch value computed from an uncached or made tensor -> `no cache` / `the port makes NAME`."""
 
@@ -39,9 +44,12 @@ class Unread:
         words = []
         if self.unread:
             words.append(f"torch weights the port does not read: {', '.join(self.unread)}")
+        if self.later:
+            words.append("torch buffers the port does not read, used only after the first divergence (so "
+                         f"whether the port makes them itself is not known): {', '.join(self.later)}")
         if self.made:
-            words.append(f"torch buffers the port makes itself (what torch computes from them, the port "
-                         f"computes equal): {', '.join(self.made)}")
+            words.append(f"torch buffers the port holds or makes itself (what torch computes "
+                         f"from them, the port computes equal): {', '.join(self.made)}")
         if self.tied:
             words.append("tied: " + ", ".join(f"{name} is {alias}, which the port reads"
                                               for name, alias in self.tied.items()))
@@ -83,8 +91,11 @@ def classify(torch: Any, port: Any, alignment: Any, unused: list[str],
             for name in aliases.get(item.name, [item.name]):
                 by_name[name], kinds[name] = item.var, item.kind
     pairs = {pair.torch_var: pair for pair in alignment.pairs}
+    used = frozenset().union(*(torch.ancestors.get(v, frozenset()) for v in torch.outvars))
     rest = []
     for name in unused:
+        if by_name.get(name) not in used:
+            continue  # torch's program does not read it either (transformers' `original_inv_freq`)
         read = [alias for alias in aliases.get(name, []) if alias != name and alias not in unused_set]
         if read:
             result.tied[name] = read[0]
@@ -102,24 +113,46 @@ def classify(torch: Any, port: Any, alignment: Any, unused: list[str],
                 if name in rest:
                     rest.remove(name)
             _mark(result.reasons, torch, alignment, {source, var} - {None}, "no cache")
+    order = {pair.torch_var: i for i, pair in enumerate(alignment.pairs)}
+    first = order.get(alignment.first.torch_var) if alignment.first is not None else None
     for name in rest:
         var = by_name.get(name)
-        if var is not None and kinds.get(name) != "param" and any(
-                pair.close and pair.port_var is not None and var in torch.ancestors.get(pair.torch_var, ())
-                for pair in alignment.pairs):
+        uses = [pair for pair in alignment.pairs if var in torch.ancestors.get(pair.torch_var, ())]
+        if var is None or kinds.get(name) == "param" or not uses:
+            result.unread.append(name)
+        elif any(pair.close and pair.port_var is not None for pair in uses):
             result.made.append(name)
             _mark(result.reasons, torch, alignment, {var}, f"the port makes {name}")
+        elif first is not None and all(order[pair.torch_var] > first for pair in uses):
+            result.later.append(name)
         else:
             result.unread.append(name)
     return result
 
 
 def _mark(reasons: dict[Any, str], torch: Any, alignment: Any, sources: set[Any], why: str) -> None:
-    """Give the torch values without a port partner that come of `sources` the reason `why`."""
+    """Give the torch values without a port partner that come of `sources` the reason `why`: those
+    that reach a source going back through values without a partner (a value after a partnered
+    one that differs has no partner for that reason, not this one)."""
+    partnered = {pair.torch_var for pair in alignment.pairs if pair.port_var is not None}
+    eqns = torch.trace.jaxpr.jaxpr.eqns
     for pair in alignment.pairs:
-        if pair.port_var is None and pair.torch_var not in reasons and (
-                pair.torch_var in sources or sources & torch.ancestors.get(pair.torch_var, frozenset())):
-            reasons[pair.torch_var] = why
+        if pair.port_var is not None or pair.torch_var in reasons:
+            continue
+        stack, seen = [pair.torch_var], {pair.torch_var}
+        while stack:
+            var = stack.pop()
+            if var in sources:
+                reasons[pair.torch_var] = why
+                break
+            index = torch.producer.get(var)
+            if index is None:
+                continue
+            for read in eqns[index].invars:
+                if hasattr(read, "aval") and not hasattr(read, "val") and read not in seen \
+                        and read not in partnered:
+                    seen.add(read)
+                    stack.append(read)
 
 
 def line_reasons(torch: Any, alignment: Any, unread: Unread | None,
