@@ -228,8 +228,9 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
         # Of that shape, or of its axes in another order (a port keeping queries as (batch, seq,
         # heads, head_dim) where torch has (batch, heads, seq, head_dim)).
-        below = [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
-                 and _same_type(port.values[p], value) and _orders(port.values[p].shape, value.shape)]
+        below = _below(port, value, anchors, used)
+        if not below:  # a port that does not use an input torch uses here (positions for a mask it omits)
+            below = _below(port, value, anchors - set(port.trace.jaxpr.jaxpr.invars), used)
         counterpart = min(below, key=port_order.__getitem__) if below else None
         # A counterpart both of whose sides flow into values that agree again, while no torch
         # result that differs comes of it but through those, is another quantity (torch's
@@ -245,6 +246,12 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     first = next((p for p in pairs if p.port_var is not None and not p.close), None)
     unmatched = [p for p in port.checkpoints if p not in used]
     return Alignment(pairs, first, unmatched)
+
+
+def _below(port: Side, value: np.ndarray, anchors: set[Any], used: set[Any]) -> list[Any]:
+    """Unpaired port values of `value`'s shape (axes in any order) computed from all of `anchors`."""
+    return [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
+            and _same_type(port.values[p], value) and _orders(port.values[p].shape, value.shape)]
 
 
 def _uniform_weights(torch: Side, inputs: dict[Any, Any]) -> dict[Any, Any]:
