@@ -8,6 +8,8 @@ to it and a port that forgets the mask is told so, at the line where it diverges
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,9 @@ def test_a_one_shot_port_reads_everything_it_needs(port: str, capsys: pytest.Cap
 
 
 def test_a_port_keeping_the_cache_is_held_to_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Its helpers are imported from tied_cached_port, found beside it (the directory review puts first
+    # on sys.path): never one imported before from elsewhere, as an edited copy of another test's.
+    sys.modules.pop("tied_cached_port", None)
     code, out = _review(PORTS / "tied_cached_kv.py", capsys)
     assert code == 0, out
     assert NO_CACHE not in out and "(no cache)" not in out and TIED in _weights(out), out
@@ -65,8 +70,10 @@ def test_a_port_keeping_the_cache_is_held_to_it(capsys: pytest.CaptureFixture[st
     assert len(kept) == 4, out
     # The keys' cache written with the values: no longer a cache the port does not keep.
     port = tmp_path / "tied_cached_kv.py"
+    shutil.copy(PORTS / "tied_cached_port.py", tmp_path)  # its helpers
     source = (PORTS / "tied_cached_kv.py").read_text()
     port.write_text(source.replace(".at[:, :, pos].set(k)", ".at[:, :, pos].set(v)"))
+    sys.modules.pop("tied_cached_port", None)
     code, out = _review(port, capsys)
     assert code == 1, out
     assert NO_CACHE not in out, out

@@ -1,20 +1,9 @@
 """A plain-JAX port of tied_cached.py that keeps the KV cache: caches in, caches out, read through
-the mask torch holds."""
+the mask torch holds. Its helpers are the one-shot port's, imported: a port of two files."""
 
 import jax
 import jax.numpy as jnp
-
-HEADS = 2
-
-
-def layer_norm(p, x):
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + 1e-5) * p["weight"] + p["bias"]
-
-
-def linear(p, x):
-    return x @ p["weight"].T + p["bias"]
+from tied_cached_port import HEADS, layer_norm, linear
 
 
 def attention(p, cache, x, mask, pos):
