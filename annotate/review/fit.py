@@ -52,6 +52,9 @@ class Recipe:
     shape: tuple[int, ...]
     rows: tuple[int, int] | None = None
     fused: tuple[str, ...] = ()
+    inout: bool = False
+    """The sources are stored (in, out), as transformers' `Conv1D` keeps GPT-2's weights: fitted as
+    their transpose, an (out, in) `nn.Linear` weight, and transposed back first when built."""
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -60,14 +63,16 @@ class Recipe:
     def describe(self) -> str:
         """`layers.0.attention.wqkv.weight[0:64].T`, `wq.weight + wk.weight.T as [64, 4, 16]`."""
         text = " + ".join(self.sources) + (f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else "")
-        text += {"transpose": ".T", "kernel": ".T", "conv": " (conv)"}.get(self.layout, "")
+        transposed = self.layout in ("transpose", "kernel")
+        text += " (conv)" if self.layout == "conv" else (".T" if transposed != self.inout else "")
         reshaped = self.layout in ("kernel", "reshape") and len(self.shape) != 2
         return text + (f" as {list(self.shape)}" if reshaped else "")
 
     def build(self, state: dict[str, Any], dtype: Any) -> Any:
         import jax.numpy as jnp
 
-        value = jnp.concatenate([state[name] for name in self.sources]) if self.fused else state[self.source]
+        arrays = [state[name].T if self.inout else state[name] for name in self.sources]
+        value = jnp.concatenate(arrays) if self.fused else arrays[0]
         if self.rows is not None:
             value = value[self.rows[0]:self.rows[1]]
         if self.layout in ("transpose", "kernel"):

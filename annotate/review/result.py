@@ -119,14 +119,15 @@ def review_entries(
     traced entry's qualname), run both on the same inputs and weights, and align them."""
     from jaxside.annotate.review.align import align, side
     from jaxside.annotate.review.outputs import compare_outputs, match_outputs, unreturned
-    from jaxside.annotate.review.sides import input_pairs, port_side, torch_side
+    from jaxside.annotate.review.sides import in_out_weights, input_pairs, port_side, torch_side
     from jaxside.annotate.review.unread import classify, tied_names
 
     torch_trace, torch_args, state, data = torch_side(options, entry)
     aliases = tied_names(entry.fn)
     phase(f"tracing the port {Path(options.port).name}")
     module, port_entry, name = port(torch_trace.entry)
-    port_trace, port_args, mapping = port_side(options, module, port_entry, name, state, data)
+    port_trace, port_args, mapping = port_side(options, module, port_entry, name, state, data,
+                                               in_out_weights(entry.fn))
     phase("running both sides")
     torch, ported = side(torch_trace, torch_args), side(port_trace, port_args)
     phase("comparing values")

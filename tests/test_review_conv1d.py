@@ -1,0 +1,50 @@
+"""`annotate review` of a model whose linear layers are transformers' `Conv1D` (GPT-2's), which keeps
+its weight (in, out) where `nn.Linear` keeps (out, in): a port's leaves are fitted to the weight it
+stands for, so a square one is not transposed by a guess from its shape (a false divergence) and an
+(in, out) kernel is no weight 'nothing fits'. tests/ports/conv1d_block.py and its NNX and Equinox
+ports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from jaxside.annotate.cli import main
+
+PORTS = Path(__file__).resolve().parent / "ports"
+TORCH = PORTS / "conv1d_block.py"
+
+
+def _review(port: Path, entry: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(["review", str(TORCH), str(port), "--port-entry", entry, "-q"])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize(("entry", "how"), [("build_nnx", "3 kernels as Conv1D keeps them, (in, out)"),
+                                            ("build_equinox", "3 transposed from Conv1D's (in, out)")])
+def test_conv1d_weights_fit_the_port_as_the_weights_they_are(entry: str, how: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("flax")
+    pytest.importorskip("equinox")
+    code, out = _review(PORTS / "conv1d_ports.py", entry, capsys)
+    assert code == 0, out
+    assert re.search(rf"^weights: 6 mapped into .* \({re.escape(how)}\)$", out, re.M), out
+    assert "DIFFERS" not in out and "outputs match" in out, out
+
+
+def test_a_square_conv1d_kernel_used_transposed_diverges_there(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    pytest.importorskip("flax")
+    pytest.importorskip("equinox")
+    source = (PORTS / "conv1d_ports.py").read_text()
+    port = tmp_path / "conv1d_ports.py"
+    port.write_text(source.replace("return self.c_out(h)", "return h @ self.c_out.kernel[...].T"))
+    code, out = _review(port, "build_nnx", capsys)
+    assert code == 1, out
+    line = next(n for n, text in enumerate(port.read_text().splitlines(), 1) if "self.c_out.kernel" in text)
+    assert re.search(rf"^  port  conv1d_ports\.py:{line} ", out, re.M), out
+    # As mapped: the kernel is Conv1D's weight as it is, no transpose.
+    assert re.search(r"^  c_out\.kernel <- c_out\.weight$", out, re.M), out
