@@ -65,7 +65,7 @@ class Recipe:
         text = " + ".join(self.sources) + (f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else "")
         transposed = self.layout in ("transpose", "kernel")
         text += " (conv)" if self.layout == "conv" else (".T" if transposed != self.inout else "")
-        reshaped = self.layout in ("kernel", "reshape") and len(self.shape) != 2
+        reshaped = self.layout == "squeeze" or self.layout in ("kernel", "reshape") and len(self.shape) != 2
         return text + (f" as {list(self.shape)}" if reshaped else "")
 
     def build(self, state: dict[str, Any], dtype: Any) -> Any:
@@ -94,8 +94,9 @@ class Fit:
 def layout(leaf: Leaf, shape: tuple[int, ...], transposed: bool | None = None) -> str | None:
     """How `leaf` holds a torch tensor of `shape`, if the shapes prove it. A Flax `kernel` (any leaf
     named `*kernel`) is (in, out): torch's (out, in) transposed, its in and out axes each possibly
-    split (`DenseGeneral`); a conv kernel is (*window, in, out). Other leaves are as-is, transposed
-    (when not square) or reshaped (out, in) -> (*out, *in). `transposed` forces the choice (a
+    split (`DenseGeneral`); a conv kernel is (*window, in, out). Other leaves are as-is, without
+    torch's axes of size 1 (a (1, 1, T, T) mask as (T, T)), transposed (when not square) or
+    reshaped (out, in) -> (*out, *in). `transposed` forces the choice (a
     --params-map entry ending in `.T`)."""
     port = leaf.shape
     kernel = leaf.name.endswith("kernel") if transposed is None else transposed
@@ -107,11 +108,17 @@ def layout(leaf: Leaf, shape: tuple[int, ...], transposed: bool | None = None) -
         return None
     if port == shape:
         return "same"
+    if len(port) != len(shape) and _squeezed(port) == _squeezed(shape):
+        return "squeeze"  # torch's (1, 1, T, T) mask buffer as the port's (T, T)
     if len(shape) == 2 and port == shape[::-1]:
         return "transpose"
     if len(shape) == 2 and _splits(port, shape[0], shape[1]):
         return "reshape"
     return None
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(size for size in shape if size != 1)
 
 
 def _splits(shape: tuple[int, ...], first: int, rest: int) -> bool:

@@ -84,7 +84,8 @@ def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
     named = (("kernel", "kernels transposed"), ("transpose", "transposed"), ("conv", "conv kernels"),
              ("reshape", "reshaped"), ("kernel/in-out", "kernels as Conv1D keeps them, (in, out)"),
              ("same/in-out", "transposed from Conv1D's (in, out)"),
-             ("transpose/in-out", "as Conv1D keeps them, (in, out)"))
+             ("transpose/in-out", "as Conv1D keeps them, (in, out)"),
+             ("squeeze", "without torch's axes of size 1"))
     words = [f"{kinds[k]} {w}" for k, w in named if kinds[k]]
     if fused:
         words.append(f"{kinds['split']} split from {fused} fused tensor{'s' if fused > 1 else ''}")

@@ -1,7 +1,8 @@
 """A GPT-2 style block whose projections are transformers' `Conv1D`: a linear layer that keeps its
 weight (in, out), where `nn.Linear` keeps (out, in). Written for tests/test_review_unread.py in
 the style of `transformers.pytorch_utils.Conv1D` (class name, `nf`, `nx`); its ports are an NNX
-module (kernels (in, out), as Conv1D's) and an Equinox one (`eqx.nn.Linear`, (out, in))."""
+module (kernels (in, out), as Conv1D's) and an Equinox one (`eqx.nn.Linear`, (out, in)), both
+holding the `gain` buffer as a (DIM,) array."""
 
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ class Block(nn.Module):
         self.c_fc = Conv1D(HIDDEN, DIM)
         self.c_proj = Conv1D(DIM, HIDDEN)
         self.c_out = Conv1D(DIM, DIM)  # square: its layout is told by the class, not the shape
+        # A buffer with leading axes of size 1, as minGPT keeps its (1, 1, T, T) mask.
+        self.register_buffer("gain", 1.0 + 0.1 * torch.randn(1, 1, DIM))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x + self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-        return self.c_out(h)
+        return self.c_out(h) * self.gain
 
 
 def example():
