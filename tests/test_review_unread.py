@@ -131,3 +131,27 @@ def test_a_buffer_used_only_after_the_first_divergence_is_not_judged(capsys: pyt
     assert "torch weights the port does not read" not in weights and not MADE.search(weights), out
     norm = _line(TORCH, "x = x + self.attn(self.ln_1(x), mask, pos)")
     assert re.search(rf"^first divergence:\n  torch tied_cached\.py:{norm} `self\.ln_1\(x\)`", out, re.M), out
+
+
+def test_a_port_holding_a_cache_it_never_writes_keeps_none(capsys: pytest.CaptureFixture[str],
+                                                           tmp_path: Path) -> None:
+    """Zeroed caches the port holds (mapped from torch's) and reads, but computes nothing from: no
+    value is equal 'by their grace' (the port never used them), and they count as no cache."""
+    pytest.importorskip("flax")
+    source = (PORTS / "tied_cached_nnx.py").read_text()
+    caches = ("        self.k_cache = nnx.Cache(jnp.zeros((1, HEADS, MAX, DIM // HEADS)))\n"
+              "        self.v_cache = nnx.Cache(jnp.zeros((1, HEADS, MAX, DIM // HEADS)))\n")
+    mask = "        self.mask = nnx.Variable("
+    held = source.replace(mask, caches + mask).replace(
+        "        B, T, C = x.shape\n", "        B, T, C = x.shape\n"
+        "        assert self.k_cache[...].shape[2] >= T and self.v_cache[...].shape[2] >= T\n")
+    assert held.count("self.k_cache") == 2
+    port = tmp_path / "tied_cached_nnx.py"
+    port.write_text(held)
+    code, out = _review(port, capsys)
+    assert code == 0, out
+    assert re.search(r"^weights: 31 mapped into a Flax NNX GPT", out, re.M), out  # the caches among them
+    assert out.count("the port holds caches it never writes (a one-shot forward needs none): torch's "
+                     "h.0.attn.k_cache,") == 1, out
+    assert "DIFFERS" not in out and "MISMATCH" not in out and "first divergence" not in out, out
+    assert MADE.search(_weights(out)) and TIED in _weights(out), out

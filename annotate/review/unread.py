@@ -5,8 +5,9 @@ that forgot something:
 
 - a **tied** tensor (nanoGPT's `lm_head.weight` is `transformer.wte.weight`) is one input of the
   torch trace: a port reading either name reads it;
-- a **cache** torch updates in place (a KV cache) that no value the port returns can hold: the
-  port keeps no cache, as a one-shot forward need not, so the update is not compared (and the
+- a **cache** torch updates in place (a KV cache) that no value the port returns can hold (one it
+  holds but returns as it came, never written, counts as none): the port keeps no cache, as a
+  one-shot forward need not, so the update is not compared (and the
   torch lines computing it or from it have no port values, for that reason alone);
 - a **buffer** (not a parameter: a causal mask, a rotary table) from which torch computes values
   the port computes too, equal: the port makes it itself (`jnp.tril(...)`) or holds its own;
@@ -29,6 +30,8 @@ class Unread:
     """Unread name -> the name tied to it (the same tensor) that the port reads."""
     uncached: list[str] = field(default_factory=list)
     """Torch state updated in place that the port keeps no counterpart of."""
+    unwritten: list[str] = field(default_factory=list)
+    """Of those, the ones the port reads (holds) but never writes."""
     made: list[str] = field(default_factory=list)
     """Torch buffers the port does not read but whose results it computes, equal."""
     unread: list[str] = field(default_factory=list)
@@ -59,7 +62,12 @@ class Unread:
         """Said once: the port keeps no cache, so torch's in-place updates are not compared."""
         if not self.uncached:
             return None
-        return ("the port keeps no cache (a one-shot forward needs none): torch's "
+        if self.unwritten == self.uncached:
+            start, held = "the port holds caches it never writes", ""
+        else:
+            start = "the port keeps no cache"
+            held = f"; it holds {', '.join(self.unwritten)} but never writes them" if self.unwritten else ""
+        return (f"{start} (a one-shot forward needs none{held}): torch's "
                 f"{', '.join(self.uncached)} (updated in place) are not compared, nor the torch lines "
                 "marked (no cache)")
 
@@ -101,13 +109,18 @@ def classify(torch: Any, port: Any, alignment: Any, unused: list[str],
             result.tied[name] = read[0]
         else:
             rest.append(name)
-    returned = [port.values[v] for v in port.outvars if v in port.values and v not in outputs]
+    # A cache the port holds but never writes comes back as it went in: kept no more than none.
+    unwritten = set(port.trace.jaxpr.jaxpr.invars)
+    returned = [port.values[v] for v in port.outvars if v in port.values and v not in outputs
+                and v not in unwritten]
     for update, var in torch.state:
         if var not in torch.values or (var in pairs and pairs[var].close):
             continue
         value = torch.values[var]
         if not any(v.size == value.size and v.dtype == value.dtype for v in returned):
             result.uncached.append(update.input.name)
+            if update.input.name not in unused_set:
+                result.unwritten.append(update.input.name)
             source = by_name.get(update.input.name)
             for name in aliases.get(update.input.name, [update.input.name]):
                 if name in rest:
