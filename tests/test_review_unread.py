@@ -30,8 +30,8 @@ def _line(path: Path, text: str) -> int:
     return found[0]
 
 
-def _review(port: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = main(["review", str(TORCH), str(port), "-q"])
+def _review(port: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    code = main(["review", str(TORCH), str(port), "-q", *extra])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
@@ -41,10 +41,12 @@ def _weights(out: str) -> str:
 
 
 @pytest.mark.parametrize("port", ["tied_cached_port.py", "tied_cached_nnx.py"])
-def test_a_one_shot_port_reads_everything_it_needs(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_one_shot_port_reads_everything_it_needs(port: str, capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
     if port.endswith("nnx.py"):
         pytest.importorskip("flax")
-    code, out = _review(PORTS / port, capsys)
+    page = tmp_path / "review.html"
+    code, out = _review(PORTS / port, capsys, "--html", str(page))
     assert code == 0, out
     weights = _weights(out)
     assert TIED in weights and MADE.search(weights), out
@@ -57,6 +59,7 @@ def test_a_one_shot_port_reads_everything_it_needs(port: str, capsys: pytest.Cap
         row = rf"^tied_cached\.py:{_line(TORCH, text)}\s+-\s+unmatched  \(no cache\)$"
         assert re.search(row, out, re.M), out
     assert "first divergence" not in out and "DIFFERS" not in out and "outputs match" in out, out
+    assert page.read_text(encoding="utf-8").count("unmatched (no cache)") == 4  # the page says so too
 
 
 def test_a_port_keeping_the_cache_is_held_to_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -63,7 +63,10 @@ def _read(file: str) -> str:
         return ""
 
 
-def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> str:
+def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
+              reasons: dict[Line, str] | None = None) -> str:
+    """The page; `reasons`: why a torch line has no port value (`no cache`), written beside it as
+    the report does."""
     torch_path, port_path = Path(options.source.file).resolve(), Path(options.port).resolve()
     sited = {site.file for site in port.trace.eqn_sites if site is not None}
     port_files = [f for f in side_files(port, options.port) if f in sited] or [str(port_path)]
@@ -94,7 +97,9 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> 
         for t in torch_here:
             lines, err, ok, seen = table[t]
             statuses.append(("ok" if ok else "bad") if seen else "none")
-            errors.append(error_text(err) if seen and err is not None else "unmatched")  # as the report
+            why = f" ({(reasons or {})[t]})" if t in (reasons or {}) and not seen else ""
+            shown = error_text(err) if seen and err is not None else "unmatched"
+            errors.append(shown + why)  # as the report
         status = "bad" if "bad" in statuses else "ok" if "ok" in statuses else "none" if statuses else ""
         if torch_first is not None and (torch_first.file, torch_first.line) in torch_here and (
                 p is None or port_first is None or (port_first.file, port_first.line) == p):

@@ -89,8 +89,11 @@ class Review:
     def html(self) -> str:
         """The two-column page ``annotate review --html`` writes."""
         from jaxside.annotate.review.page import html_page
+        from jaxside.annotate.review.report import site_of
+        from jaxside.annotate.review.unread import line_reasons
 
-        return html_page(self.options, self.torch, self.port, self.alignment)
+        reasons = line_reasons(self.torch, self.alignment, self.mapping.unread, site_of)
+        return html_page(self.options, self.torch, self.port, self.alignment, reasons)
 
     def __str__(self) -> str:
         return self.text()
