@@ -12,7 +12,9 @@ import shutil
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
+import torch
 
 from jaxside.annotate.cli import main
 
@@ -158,3 +160,35 @@ def test_a_port_holding_a_cache_it_never_writes_keeps_none(capsys: pytest.Captur
                      "h.0.attn.k_cache,") == 1, out
     assert "DIFFERS" not in out and "MISMATCH" not in out and "first divergence" not in out, out
     assert MADE.search(_weights(out)) and TIED in _weights(out), out
+
+
+class _TokenTypes(torch.nn.Module):
+    """BERT's embeddings, cut down: the token type embedding's first row added to every token, the
+    type ids a buffer of zeros (transformers' `token_type_ids`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.word_embeddings = torch.nn.Embedding(10, 4)
+        self.token_type_embeddings = torch.nn.Embedding(2, 4)
+        self.register_buffer("token_type_ids", torch.zeros(1, 6, dtype=torch.long), persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        types = self.token_type_ids[:, : idx.shape[1]].expand(idx.shape[0], -1)
+        return torch.tanh(self.word_embeddings(idx) + self.token_type_embeddings(types))
+
+
+def _token_types_port(params, idx):
+    # An int index on a weight is a row of it, not an item of a list of layers.
+    return jnp.tanh(params["word_embeddings"]["weight"][idx] + params["token_type_embeddings"]["weight"][0])
+
+
+def test_an_int_index_on_a_weight_is_a_row_of_it() -> None:
+    import jaxside
+
+    torch.manual_seed(0)
+    report = jaxside.review(_TokenTypes().eval(), _token_types_port, torch.randint(0, 10, (2, 5)))
+    assert report.ok, report.text()
+    assert report.weights == {"params['word_embeddings']['weight']": "word_embeddings.weight",
+                              "params['token_type_embeddings']['weight']": "token_type_embeddings.weight"}
+    weights = next(line for line in report.text().splitlines() if line.startswith("weights:"))
+    assert weights.endswith("the port computes equal): token_type_ids"), weights

@@ -128,6 +128,7 @@ def classify(torch: Any, port: Any, alignment: Any, unused: list[str],
             _mark(result.reasons, torch, alignment, {source, var} - {None}, "no cache")
     order = {pair.torch_var: i for i, pair in enumerate(alignment.pairs)}
     first = order.get(alignment.first.torch_var) if alignment.first is not None else None
+    made: dict[Any, str] = {}
     for name in rest:
         var = by_name.get(name)
         uses = [pair for pair in alignment.pairs if var in torch.ancestors.get(pair.torch_var, ())]
@@ -135,29 +136,37 @@ def classify(torch: Any, port: Any, alignment: Any, unused: list[str],
             result.unread.append(name)
         elif any(pair.close and pair.port_var is not None for pair in uses):
             result.made.append(name)
-            _mark(result.reasons, torch, alignment, {var}, f"the port makes {name}")
+            made[var] = name
         elif first is not None and all(order[pair.torch_var] > first for pair in uses):
             result.later.append(name)
         else:
             result.unread.append(name)
+    weights = frozenset(item.var for item in torch.trace.inputs if item.kind != "arg") - set(made)
+    for var, name in made.items():
+        _mark(result.reasons, torch, alignment, {var}, f"the port makes {name}", weights)
     return result
 
 
-def _mark(reasons: dict[Any, str], torch: Any, alignment: Any, sources: set[Any], why: str) -> None:
+def _mark(reasons: dict[Any, str], torch: Any, alignment: Any, sources: set[Any], why: str,
+          others: frozenset[Any] = frozenset()) -> None:
     """Give the torch values without a port partner that come of `sources` the reason `why`: those
     that reach a source going back through values without a partner (a value after a partnered
-    one that differs has no partner for that reason, not this one)."""
+    one that differs has no partner for that reason, not this one), and none of `others` (a
+    weight: BERT's token type embedding, gathered by the position ids, is a value of its own)."""
     partnered = {pair.torch_var for pair in alignment.pairs if pair.port_var is not None}
     eqns = torch.trace.jaxpr.jaxpr.eqns
     for pair in alignment.pairs:
         if pair.port_var is not None or pair.torch_var in reasons:
             continue
-        stack, seen = [pair.torch_var], {pair.torch_var}
+        stack, seen, found = [pair.torch_var], {pair.torch_var}, False
         while stack:
             var = stack.pop()
-            if var in sources:
-                reasons[pair.torch_var] = why
+            if var in others:
+                found = False
                 break
+            if var in sources:
+                found = True
+                continue
             index = torch.producer.get(var)
             if index is None:
                 continue
@@ -166,6 +175,8 @@ def _mark(reasons: dict[Any, str], torch: Any, alignment: Any, sources: set[Any]
                         and read not in partnered:
                     seen.add(read)
                     stack.append(read)
+        if found:
+            reasons[pair.torch_var] = why
 
 
 def line_reasons(torch: Any, alignment: Any, unread: Unread | None,
