@@ -54,6 +54,13 @@ def _aligned(table: dict[Line, tuple[set[Line], Any, bool, bool]], port_lines: l
     return out
 
 
+def _error_cell(err: float | None, seen: bool, why: str | None) -> str:
+    """A torch line's error as the report writes it, `unmatched (no cache)` with a known reason."""
+    if seen and err is not None:
+        return error_text(err)
+    return "unmatched" + (f" ({why})" if why and not seen else "")
+
+
 def _read(file: str) -> str:
     if file.startswith("<"):  # a notebook cell: IPython keeps its text in linecache
         return "".join(linecache.getlines(file))
@@ -97,9 +104,7 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
         for t in torch_here:
             lines, err, ok, seen = table[t]
             statuses.append(("ok" if ok else "bad") if seen else "none")
-            why = f" ({(reasons or {})[t]})" if t in (reasons or {}) and not seen else ""
-            shown = error_text(err) if seen and err is not None else "unmatched"
-            errors.append(shown + why)  # as the report
+            errors.append(_error_cell(err, seen, (reasons or {}).get(t)))
         status = "bad" if "bad" in statuses else "ok" if "ok" in statuses else "none" if statuses else ""
         if torch_first is not None and (torch_first.file, torch_first.line) in torch_here and (
                 p is None or port_first is None or (port_first.file, port_first.line) == p):
