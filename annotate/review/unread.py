@@ -66,7 +66,7 @@ class Unread:
             start, held = "the port holds caches it never writes", ""
         else:
             start = "the port keeps no cache"
-            held = f"; it holds {', '.join(self.unwritten)} but never writes them" if self.unwritten else ""
+            held = f"; it reads {', '.join(self.unwritten)} but never writes them" if self.unwritten else ""
         return (f"{start} (a one-shot forward needs none{held}): torch's "
                 f"{', '.join(self.uncached)} (updated in place) are not compared, nor the torch lines "
                 "marked (no cache)")
