@@ -162,6 +162,18 @@ def loop_names(loop: ast.AST | None) -> tuple[str | None, str | None]:
     return (target.id, None) if called == "range" else (None, target.id)
 
 
+def unpacked_names(loop: ast.AST | None) -> list[str]:
+    """`for attn, ff in self.layers` -> ["attn", "ff"]: the names torch unpacks each element of one
+    iterable into (not `zip`'s or `enumerate`'s tuples); [] for any other loop."""
+    if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Tuple):
+        return []
+    if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name):
+        if loop.iter.func.id in ("zip", "enumerate"):
+            return []
+    names = [e.id for e in loop.target.elts if isinstance(e, ast.Name)]
+    return names if len(names) == len(loop.target.elts) else []
+
+
 def zipped_names(loop: ast.AST | None) -> dict[str, str]:
     """`for block, gate in zip(self.blocks, self.gates)` -> {"blocks": "block", "gates": "gate"}."""
     if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Tuple):
@@ -175,6 +187,34 @@ def zipped_names(loop: ast.AST | None) -> dict[str, str]:
         for argument, target in zip(iterable.args, loop.target.elts)
         if isinstance(argument, ast.Attribute) and isinstance(target, ast.Name)
     }
+
+
+def assigned_into(item: Any, part: Any) -> bool:
+    """Whether `item` is the item a torch statement assigns into (`d[:, 1:3]` of `d[:, 1:3] =
+    h[:, :2]`) and `part` is part of the value it assigns (`h[:, :2]`): one line of torch."""
+    if item is None or part is None or item.file != part.file:
+        return False
+    node = around(item, (ast.Assign,))
+    if not isinstance(node, ast.Assign):
+        return False
+    into = any(isinstance(t, ast.Subscript) and contains(node_span(t), site_span(item)) for t in node.targets)
+    return into and contains(node_span(node.value), site_span(part))
+
+
+def dict_key(site: Any) -> str | None:
+    """The key a dict display gives the expression at `site` (`full_attention` of
+    `{"full_attention": create_causal_mask(**mask_kwargs), ...}`), if it is a plain name."""
+    found = expression(site) if site is not None else None
+    if found is None:
+        return None
+    node, parents, _ = found
+    parent = parents.get(node)
+    if not isinstance(parent, ast.Dict):
+        return None
+    keys = [k for k, v in zip(parent.keys, parent.values) if v is node]
+    key = keys[0] if keys else None
+    text = key.value if isinstance(key, ast.Constant) else None
+    return text if isinstance(text, str) and text.isidentifier() else None
 
 
 def within(site: Any, kinds: tuple[type, ...]) -> ast.AST | None:

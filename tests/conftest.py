@@ -1,4 +1,4 @@
-"""Shared test helpers: loading the bundled samples by path; judging generated defs."""
+"""Shared test helpers: loading the bundled samples and the test models by path; judging generated defs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
+MODELS = ROOT / "tests" / "models"
 
 
 def load_sample(name: str) -> ModuleType:
@@ -27,6 +28,15 @@ def load_sample(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_model(name: str) -> ModuleType:
+    """Import `tests/models/<name>.py` as `<name>` (once), with the folder on `sys.path` only then."""
+    sys.path.insert(0, str(MODELS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(MODELS))
 
 
 @pytest.fixture

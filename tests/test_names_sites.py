@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_model
 
 from jaxside.annotate.check import check_export, load_module
 from jaxside.annotate.check_modules import runner
@@ -22,17 +21,9 @@ from jaxside.render.lower import lower
 from jaxside.render.module import render_program
 from jaxside.tracing import capture
 
-MODELS = Path(__file__).resolve().parent / "models"
 
-
-@functools.cache
 def _model() -> object:
-    sys.path.insert(0, str(MODELS))
-    try:
-        import site_names
-    finally:
-        sys.path.remove(str(MODELS))
-    return site_names
+    return load_model("site_names")
 
 
 @functools.cache
@@ -118,7 +109,8 @@ def test_a_returned_cache_is_named_as_the_cache():
     assert '{"keys": keys, "values": values}' in text, text
     assert not re.search(r"\b(value_states|k_embed)(_\d+)?\b", _def(text, "forward")), text
     layer = _def(text, "llama_decoder_layer_forward")
-    assert re.search(r"\), keys, values = llama_attention_forward\(", layer), layer
+    # its `(attn_output, attn_weights)` with the weights None: the value itself, beside the cache
+    assert re.search(r"\n    hidden_states_1, keys, values = llama_attention_forward\(", layer), layer
     assert layer.rstrip().endswith("return hidden_states, keys, values"), layer
     mlp = _def(text, "llama_mlp_forward")
     assert "act_fn_times_up_proj = act_fn * (" in mlp, mlp

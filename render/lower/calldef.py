@@ -32,7 +32,14 @@ from jaxside.render.lower.paths import (
     spec_expr,
     tree_root,
 )
-from jaxside.render.lower.value_names import cache_name, cast_name, returned_names, state_base
+from jaxside.render.lower.value_names import (
+    cache_name,
+    call_name,
+    cast_name,
+    module_attribute,
+    returned_names,
+    state_base,
+)
 from jaxside.render.rules import Structured, atom_expr
 from jaxside.render.source import site_contains
 from jaxside.tracing.trace import Site
@@ -231,7 +238,8 @@ class CallDef(Body):
             return False
         if call_site and consumer == site:
             return False  # the same call site again: the next iteration of a loop
-        return site_contains(consumer, site)
+        # (`d[:, 1:3] = h[:, :2]`: the slice read inside the item assignment, `d.at[:, 1:3].set(h[:, :2])`)
+        return site_contains(consumer, site) or torch_source.assigned_into(consumer, site)
 
     def _named_as_def(self, site: Site | None) -> bool:
         """Whether a call's value would be named as a def is (`self.feed_forward(...)` calling the def
@@ -277,7 +285,7 @@ class CallDef(Body):
             site is not None
             and isinstance(operand, ast.Name)
             and uses
-            and any(self.ctx.trace.eqn_sites[u] == site for u in uses if u not in self.ctx.flow.backward_eqns)
+            and any(self._within(u, site) for u in uses if u not in self.ctx.flow.backward_eqns)
         ):
             # A step inside one torch expression: a new version of its operand, not the expression.
             return self.scope.fresh(
@@ -286,10 +294,27 @@ class CallDef(Body):
         cast = cast_name(operand, site) if fallback == "convert_element_type" else None
         if cast:  # `xshaped[..., 0] * freqs_cis[..., 0]` at two dtypes: the cast is `freqs_cis_0`
             return self.scope.fresh(cast, "expression", temporary=True)
+        keyed = torch_source.dict_key(site) if site is not None else None
+        keyed = keyed if keyed and self._result(v, site) else None
+        if keyed:  # `{"full_attention": create_causal_mask(...)}`: the entry's value, as its key names it
+            return self.scope.fresh(keyed, "expression", temporary=True)
         base = naming.expression_name(site.text if site else None)
         if base:
             return self.scope.fresh(base, "expression", temporary=True)
         return self.scope.fresh(fallback, "fallback")
+
+    def _result(self, v: Any, site: Site | None) -> bool:
+        """Whether `v` is what the torch expression at `site` gives: its last equation's value, not
+        a step of it (nor a step two entries share: `{"full_attention": ..., "sliding_attention": ...}`)."""
+        sites, live = self.ctx.trace.eqn_sites, self.ctx.flow.live
+        at = [i for i in self.node.eqns if i in live and sites[i] == site]
+        return bool(at) and v in self.ctx.flow.eqns[max(at)].outvars
+
+    def _within(self, use: int, site: Site) -> bool:
+        """Whether equation `use` is of the torch expression at `site`: the same, or part of it (the
+        item `e[..., 1] += 1.0` writes back into, `e[..., 1]`)."""
+        at = self.ctx.trace.eqn_sites[use]
+        return at == site or (at is not None and site_contains(site, at))
 
     def _emit_eqn(self, index: int) -> None:
         eqn = self.ctx.flow.eqns[index]
@@ -366,7 +391,7 @@ class CallDef(Body):
             v = returned[0][1]
             self.folded[v] = self._take_pending()
             site = self.site
-            name = naming.expression_name(site.text if site else None)
+            name = call_name(site, child.call)
             self.env[v] = fold(value, Fold(name, list(self.folded[v]), site, child.call))
             return
         targets: list[ast.expr] = []
@@ -401,7 +426,8 @@ class CallDef(Body):
                 if v in self.env or not self.uses[v]:
                     names.append("_")
                     continue
-                name = self._target(v, self.site, "value", returned_as=callee[k])
+                single = module_attribute(self.site.text, child.call) if self.site and paths == [""] else None
+                name = self._target(v, self.site, "value", returned_as=callee[k] or single)
                 self.env[v] = named(name)
                 names.append(name)
             flat += [n for n in names if n != "_"]
@@ -412,7 +438,7 @@ class CallDef(Body):
         if assigned:  # `outputs: ModelOutput = self.model(...)`: the torch name for the whole result
             whole = self.scope.fresh(assigned, "local")
         else:
-            base = naming.expression_name(self.site.text if self.site else None) or "result"
+            base = call_name(self.site, child.call) or "result"
             whole = self.scope.fresh(base, "expression")
         flat.append(whole)
         for path, v in returned:

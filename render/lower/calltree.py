@@ -155,11 +155,16 @@ class CallTree:
         if node.parent is None:
             return list(self.ctx.flow.outputs)
         # A result nobody used is not computed (a loss under `jax.grad`): the call returns the rest.
-        return [
+        returned = [
             (p, self.ctx.flow.resolve(v))
             for p, v in node.call.returned
             if isinstance(v, Var) and self.ctx.flow.resolve(v) in self.ctx.flow.available
         ]
+        if [p for p, _ in returned] == ["[0]"]:
+            # `return attn_output, attn_weights` with `attn_weights` None: the value itself, as a
+            # person writes the def (the entry keeps torch's structure: it is not a call of one).
+            return [("", returned[0][1])]
+        return returned
 
     def key(self, node: Node) -> int:
         """The id of `node`'s signature: equal ids, equal signatures."""

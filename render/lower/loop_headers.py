@@ -54,6 +54,37 @@ def list_header(
     return target, iterable
 
 
+def unpacked(scope: Scope, target: ast.expr, tree: ast.AST, names: list[str], length: int | None) -> ast.expr:
+    """`for attn, ff in params["layers"]` where the body reads its element only as `layer[0]`,
+    `layer[1]`, torch unpacked it into `names` and each element is a list of that `length` (not
+    where a module without parameters left it shorter): the target unpacked, each item read by
+    torch's name. Otherwise `target` as it was."""
+    if not names or not isinstance(target, ast.Name) or length != len(names):
+        return target
+    element = target.id
+    places = places_of(tree)
+    items: list[tuple[Place, int]] = []
+    for parent, attr, _, node in positions(tree):
+        if isinstance(node, ast.Name) and node.id == element:
+            item = isinstance(parent, ast.Subscript) and isinstance(parent.slice, ast.Constant)
+            if not (item and attr == "value"):
+                return target  # the element read whole: it stays one name
+            assert isinstance(parent, ast.Subscript) and isinstance(parent.slice, ast.Constant)
+            k = parent.slice.value
+            if type(k) is not int or not 0 <= k < len(names):
+                return target
+            items.append((places[id(parent)], k))
+    fresh = [scope.fresh(name, "loop") for name in names]
+    for place, k in items:
+        put(*place, named(fresh[k]))
+    return ast.Tuple([named(n, ast.Store()) for n in fresh], ast.Store())
+
+
+def places_of(tree: ast.AST) -> Places:
+    """Where each node of `tree` sits, by `id`."""
+    return {id(node): (parent, attr, index) for parent, attr, index, node in positions(tree)}
+
+
 def sliced(iterable: ast.expr, start: int) -> ast.expr:
     """The header's lists from `start` on (`params["block"][1:]`, each list of a `zip`)."""
     if not start:
@@ -114,14 +145,20 @@ def list_length(ctx: Context, function: Function, places: Places, node: ast.AST)
     parent, attr, _ = places.get(id(node), (None, None, None))
     if not isinstance(parent, ast.Subscript) or attr != "slice":
         return None
-    root = chain_root(parent.value)
+    return tree_length(ctx, function, parent.value)
+
+
+def tree_length(ctx: Context, function: Function, listed: ast.expr, *more: int) -> int | None:
+    """How long the params/state list `listed` (`params["layers"]`) is, or its item `listed[i]`
+    for `more` = (i,); None where it is no such list."""
+    root = chain_root(listed)
     if root not in ("params", "state") or function.anchor is None:
         return None
-    keys = chain_keys(parent.value)
-    if not keys and not isinstance(parent.value, ast.Name):
+    keys = chain_keys(listed)
+    if not keys and not isinstance(listed, ast.Name):
         return None
     tree = ctx.roles.param_tree if root == "params" else ctx.roles.state_tree
-    path = ".".join([function.anchor] * bool(function.anchor) + [str(k) for k in keys])
+    path = ".".join([function.anchor] * bool(function.anchor) + [str(k) for k in [*keys, *more]])
     return tree.lengths.get(path)
 
 

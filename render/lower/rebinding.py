@@ -133,6 +133,43 @@ def _reuse_in_loop(function: Function, loop: Loop) -> None:
     renames = _chosen(function, renamable, binds, last, fixed, unusable)
     if renames:
         _apply(function, renames)
+    while (carry := _into_carry(function, loop, outside)) is not None:
+        _apply(function, carry)
+
+
+def _into_carry(function: Function, loop: Loop, outside: set[str]) -> dict[str, str] | None:
+    """One value first bound in `loop` renamed to the carry its base names (`x = attn(x) + x;
+    x = ff(x) + x` for torch's two rebindings of `x`, not `x_1 = ...`): where the carry's value
+    is dead from that binding until the loop binds the carry again, and the value is read for the
+    last time at the latest there."""
+    if any(type(s) is not Statement for s in loop.body):
+        return None  # a nested loop or def: not followed here
+    names = [_names(s.node()) for s in loop.body]
+    binds: dict[str, list[int]] = {}
+    reads: dict[str, list[int]] = {}
+    for position, (stores, loads, pinned) in enumerate(names):
+        if pinned:
+            return None
+        for name in stores:
+            binds.setdefault(name, []).append(position)
+        for name in loads:
+            reads.setdefault(name, []).append(position)
+    for statement in loop.body:
+        for name in _targets(statement):
+            base = function.scope.bases.get(name)
+            if base is None or base == name or name in outside or len(binds.get(name, ())) != 1:
+                continue
+            if base not in outside or base not in binds:
+                continue  # not a carry of the loop
+            bound = binds[name][0]
+            later = [b for b in binds[base] if b > bound]
+            if not later:
+                continue
+            again = later[0]
+            dead = not any(bound < r <= again for r in reads.get(base, ()))
+            if dead and max(reads.get(name, [bound])) <= again:
+                return {name: base}
+    return None
 
 
 def _targets(statement: Statement) -> list[str]:

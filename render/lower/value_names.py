@@ -53,6 +53,33 @@ def state_base(child: Node, node: Node) -> str:
     return f"new_{last}_state"
 
 
+def call_name(site: Site | None, call: Any) -> str | None:
+    """The name of a call's value: its torch expression's (`attention` for `self.attention(...)`),
+    unless that expression calls an attribute that is not the module called nor a module around it
+    (`self.mlpf(...)` for `self.mlpf = lambda x: m.c_proj(m.act(m.c_fc(x)))`, a lambda the trace
+    does not follow): then the module's own attribute (`act` of `mlp.act`), what the call is."""
+    text = site.text if site is not None else None
+    expression = naming.expression_name(text)
+    return module_attribute(text, call) or expression
+
+
+def module_attribute(text: str | None, call: Any) -> str | None:
+    """The module's own attribute (`act`) where the torch expression `text` calls another one
+    (`self.mlpf(...)`, see `call_name`); None where the expression names the call."""
+    path = getattr(call, "module_path", None) or ""
+    if not str(getattr(call, "function", "")).endswith(".forward"):
+        return None  # a method called by its name (`self.attn.compute(x)`): the expression says it
+    try:
+        node = ast.parse(text.strip(), mode="eval").body if text else None
+    except SyntaxError:
+        return None
+    func = node.func if isinstance(node, ast.Call) else None
+    keys = path.split(".") if path else []
+    if not isinstance(func, ast.Attribute) or not keys or func.attr in keys or naming.is_index(keys[-1]):
+        return None
+    return naming.identifier(keys[-1])
+
+
 def cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | None:
     """`keys` for a value the entry returns inside a cache (`['past_key_values']['layers'][0]['keys']`):
     its path's last key, where the path goes through a key naming a cache; else None."""

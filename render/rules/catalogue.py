@@ -208,6 +208,7 @@ def _operands(staged: Any, eqn: Any, graph: Graph) -> list[Any] | None:
     """The program's values standing for `staged`'s inputs when its equations, walked back from
     its result, are the program's from `eqn` back (primitives and wiring; `fuse` checks the rest)."""
     made_in = {v: e for e in staged.eqns for v in e.outvars}
+    invars, constvars = set(staged.invars), set(staged.constvars)
     bound: dict[Any, Any] = {}
     seen: set[tuple[int, int]] = set()
 
@@ -216,9 +217,9 @@ def _operands(staged: Any, eqn: Any, graph: Graph) -> list[Any] | None:
             return isinstance(ov, Literal)
         if not is_traced(ov):
             return False
-        if sv in staged.invars:
+        if sv in invars:
             return bound.setdefault(sv, ov) is ov
-        if sv in staged.constvars:
+        if sv in constvars:
             return True  # (a constant it stages: `fuse` compares it with the program's by value)
         if (id(sv), id(ov)) in seen:
             return True

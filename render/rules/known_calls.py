@@ -330,6 +330,8 @@ def same_params(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def same_value(a: Any, b: Any) -> bool:
     """Structural equality of equation params: jaxprs by structure, arrays by value."""
+    if a is b:  # one object (a jaxpr JAX cached)
+        return True
     if isinstance(a, ClosedJaxpr) and isinstance(b, ClosedJaxpr):
         return same_jaxpr(a.jaxpr, b.jaxpr) and len(a.consts) == len(b.consts) and all(
             same_value(x, y) for x, y in zip(a.consts, b.consts)
@@ -350,6 +352,8 @@ def same_value(a: Any, b: Any) -> bool:
 
 def same_jaxpr(a: Any, b: Any) -> bool:
     """Whether two jaxprs compute the same thing the same way (var names aside)."""
+    if a is b:
+        return True
     if len(a.invars) != len(b.invars) or len(a.eqns) != len(b.eqns) or len(a.constvars) != len(b.constvars):
         return False
     env: dict[Any, Any] = {}

@@ -14,34 +14,27 @@ or loop on the size) or gives a number no shape explains stays fixed: `Sizes` sa
 module docstring lists it, and unless the torch code itself refuses other sizes there (a Linear's
 features), the entry raises a `ValueError` for another size.
 
+Which sets move is searched for first (`size_search`: fewer parts asked to move, a step at a time,
+from every set together, as a refused retrace costs little); where the search cannot tell, each
+set is tried alone first (`_set_by_set`). Unifying the programs of an attempt is `size_plans`'s job.
 Comparing programs and fitting numbers (`parallel_diff`, `fit`) is `render.lower.merge.fitting`'s
 job, shared with `shared_defs`, which does the same for the defs of one function called at other sizes.
 """
 
 from __future__ import annotations
 
-import ast
-import math
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from jaxside.render.ir import Define, Dim, Function, Loop, Program, Sizes, Statement, named
+from jaxside.render.ir import Dim, Program, Sizes
 from jaxside.render.lower.context import LoweringError
-from jaxside.render.lower.merge.fitting import Fit, expression, fit, parallel_diff
 from jaxside.render.lower.merge.same_size import same_at_traced
 from jaxside.render.lower.merge.size_guards import guard_sizes
-from jaxside.render.lower.merge.size_names import bind_sizes
+from jaxside.render.lower.merge.size_plans import REFUSED, Plan, Unfit, unify
+from jaxside.render.lower.merge.size_search import Fixed, search
 from jaxside.tracing.trace import Trace
 
 Resize = dict[str, tuple[int, ...]]
-REFUSED = "the torch code fails at"
-"""How the reason for a size the torch code itself does not take begins (no guard for those)."""
-
-
-class Unfit(Exception):
-    """The programs at two sizes cannot be one program; the message says why."""
 
 
 def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
@@ -52,25 +45,15 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     if not sets:  # no tensor argument: nothing to follow
         return
     tries = _Tries(program, relower)
-    fixed: list[tuple[list[Dim], str]] = []
-    plan: Plan | str | None = tries.attempt(sets, frozenset())
-    movable = [(dims, False) for dims in sets] if not isinstance(plan, str) else _alone(tries, sets, fixed)
-    held = []  # a cache's length: it moves with no argument, so alone
-    for dims in held_sets(trace):
-        alone = tries.either(dims, below=False)  # larger only: a head count torch refuses is no bound
-        if isinstance(alone, str):
-            fixed.append((dims, alone))
-        else:
-            held.append((dims, bool(alone.bounded)))
-    if isinstance(plan, str) or held:
-        every = movable + held
-        down = frozenset(k for k, (_, lower) in enumerate(every) if lower)
-        together = tries.attempt([dims for dims, _ in every], down) if every else None
-        if isinstance(together, str) and not isinstance(plan, str):  # the arguments' sizes, at least
-            fixed += [(dims, together) for dims, _ in held]
-        else:
-            plan, movable = together, every
-    sets = [dims for dims, _ in movable]
+    fixed: Fixed = []
+    first = tries.attempt(sets, frozenset())
+    holds = held_sets(trace)
+    found = search(tries, sets, holds, first, {s.input.name for s in trace.state})
+    plan: Plan | str | None
+    if found is not None:
+        plan, sets, fixed = found
+    else:
+        plan, sets = _set_by_set(tries, sets, holds, first, fixed)
     if isinstance(plan, str):
         fixed += [(dims, plan) for dims in sets]
         sets = []
@@ -89,6 +72,31 @@ def generalize(program: Program, relower: Callable[[Resize], Program]) -> None:
     at_most = [d for dims, _ in bounded for d in dims if not d.state]
     guard_sizes(program, guarded, [[d for d in dims if not d.state] for dims in sets], at_most)
     program.sizes = Sizes(generic=sets, fixed=fixed, bounded=bounded)
+
+
+def _set_by_set(
+    tries: _Tries, sets: list[list[Dim]], holds: list[list[Dim]], first: Plan | str, fixed: Fixed
+) -> tuple[Plan | str | None, list[list[Dim]]]:
+    """The plan and the sets it moves, each set (and each held set) tried alone first where `first`,
+    every set together, is no plan or held sets may join it; the sets left out into `fixed`."""
+    plan: Plan | str | None = first
+    movable = [(dims, False) for dims in sets] if not isinstance(plan, str) else _alone(tries, sets, fixed)
+    held = []  # a cache's length: it moves with no argument, so alone
+    for dims in holds:
+        alone = tries.either(dims, below=False)  # larger only: a head count torch refuses is no bound
+        if isinstance(alone, str):
+            fixed.append((dims, alone))
+        else:
+            held.append((dims, bool(alone.bounded)))
+    if isinstance(plan, str) or held:
+        every = movable + held
+        down = frozenset(k for k, (_, lower) in enumerate(every) if lower)
+        together = tries.attempt([dims for dims, _ in every], down) if every else None
+        if isinstance(together, str) and not isinstance(plan, str):  # the arguments' sizes, at least
+            fixed += [(dims, together) for dims, _ in held]
+        else:
+            plan, movable = together, every
+    return plan, [dims for dims, _ in movable]
 
 
 def _without_bounds(
@@ -246,7 +254,7 @@ class _Tries:
                 return found
             programs.append(found)
         try:
-            return _plan(programs[0], programs[1:])
+            return unify(programs[0], programs[1:])
         except Unfit as error:
             return str(error)
 
@@ -305,172 +313,3 @@ def _adopt(program: Program, other: Program) -> None:
     """`program` written as `other` (the same code traced at other sizes), still of its own trace."""
     for name in ("functions", "helpers", "constants", "entry", "arg_names", "param_paths", "state_paths"):
         setattr(program, name, getattr(other, name))
-
-
-# -- unifying programs -------------------------------------------------------------------------------
-
-
-@dataclass
-class _Change:
-    function: Function
-    parent: Any
-    attr: str
-    index: int | None
-    fit: Fit
-    is_float: bool
-
-
-@dataclass
-class Plan:
-    """The numbers of a program to write as expressions of its defs' arguments' shapes."""
-
-    program: Program
-    """The program the changes are in (the one traced at the example sizes, or at twice a size 1)."""
-    changes: list[_Change] = field(default_factory=list)
-    redirect: dict[int, tuple[Any, str]] = field(default_factory=dict)
-    trees: list[Any] = field(default_factory=list)
-    """The `ast` the changes point into (kept alive: `redirect` is by id)."""
-    bounded: dict[int, str] = field(default_factory=dict)
-    """The sets (by index) fitted below their traced size, which is their largest: why no larger."""
-    below: bool = False
-    """Whether `program` is one at smaller sizes (the traced one lacked an equation they have)."""
-
-    def apply(self) -> None:
-        by_function: dict[int, list[_Change]] = {}
-        for change in self.changes:
-            by_function.setdefault(id(change.function), []).append(change)
-        for changes in by_function.values():
-            function = changes[0].function
-            atoms = {a for c in changes for a in c.fit[1] if a[0] in function.arg_shapes}
-            names = bind_sizes(function, atoms)
-            for c in changes:
-                expr = expression(c.fit, names)
-                if c.is_float and not isinstance(c.parent, ast.BinOp):
-                    expr = ast.Call(named("float"), [expr], [])
-                owner, attr = self.redirect.get(id(c.parent), (c.parent, c.attr))
-                if c.index is None:
-                    setattr(owner, {"iter": "iterable"}.get(attr, attr), expr)
-                else:
-                    getattr(owner, attr)[c.index] = expr
-            _leading_shapes(function)
-
-
-def _leading_shapes(function: Function) -> None:
-    """`(*x.shape[:3], 8, 2)` for `(x.shape[0], x.shape[1], x.shape[2], 8, 2)`, as torch code writes it."""
-    for node in ast.walk(_tree(function)[0]):
-        if not isinstance(node, ast.Tuple) or not isinstance(node.ctx, ast.Load):
-            continue
-        leading = 0
-        while leading < len(node.elts) - 1 and _shape_at(node.elts[leading], leading, node.elts[0]):
-            leading += 1
-        if leading >= 2:
-            shape = cast(ast.Subscript, node.elts[0]).value  # `x.shape` of `x.shape[0]` (`_shape_at`)
-            prefix = ast.Subscript(shape, ast.Slice(None, ast.Constant(leading)), ast.Load())
-            node.elts[:leading] = [ast.Starred(prefix, ast.Load())]
-
-
-def _shape_at(node: ast.expr, axis: int, first: ast.expr) -> bool:
-    """Whether `node` is `x.shape[axis]` for the `x` of `first`."""
-    return (
-        isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == axis
-        and isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
-        and isinstance(first, ast.Subscript) and ast.dump(node.value) == ast.dump(first.value)
-    )
-
-
-def _plan(base: Program, others: list[Program]) -> Plan:
-    programs = [base, *others]
-    if any(_dumps(p.constants) != _dumps(base.constants) for p in others):
-        raise Unfit("module-level constants change with the size")
-    if any([f.name for f in p.functions] != [f.name for f in base.functions] for p in others):
-        raise Unfit("the defs change with the size (a Python branch or loop on it)")
-    helpers = [h.name for h in base.helpers]
-    if any([h.name for h in p.helpers] != helpers for p in others):
-        raise Unfit("the helper defs change with the size")
-    plan = Plan(base)
-    for index, function in enumerate(base.functions + base.helpers):
-        versions = [(p.functions + p.helpers)[index] for p in programs]
-        trees = []
-        for version in versions:
-            tree, redirect = _tree(version)
-            trees.append(tree)
-            if version is function:
-                plan.redirect.update(redirect)
-        plan.trees += trees
-        for statements in zip(*(t.body for t in trees)):
-            diffs: list[Any] = []
-            if not parallel_diff(list(statements), diffs, numbers=True):
-                raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)")
-            if not diffs:
-                continue
-            # Values the statement reads exist before it; in a loop or a nested def, maybe not.
-            flat = not isinstance(statements[0], (ast.For, ast.FunctionDef))
-            names = [n for n in ast.walk(statements[0]) if isinstance(n, ast.Name) and flat]
-            read = {n.id for n in names if isinstance(n.ctx, ast.Load)}
-            shapes = [{**v.arg_shapes, **_read(v, read)} for v in versions]
-            for parent, attr, at, values in diffs:
-                whole = all(math.isfinite(v) and v == int(v) for v in values)
-                found = fit([int(v) for v in values], shapes) if whole else None
-                if found is None:
-                    where = f"{values[0]} in `{function.name}`"
-                    raise Unfit(f"{where} follows the size, but no shape of its values gives it")
-                is_float = any(isinstance(v, float) for v in values)
-                plan.changes.append(_Change(function, parent, attr, at, found, is_float))
-    return plan
-
-
-def _read(function: Function, read: set[str]) -> dict[str, tuple[int, ...]]:
-    """The shapes of the values of `function` a statement reads (not its parameters), for names
-    bound once: a name a loop rebinds (`x = block(x)` rolled up) holds values of other shapes."""
-    tree = _tree(function)[0]
-    stores = Counter(_stored(tree))
-    for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
-        stores.update(_stored(loop))  # once more: bound again each time round
-    return {
-        n: s for n, s in function.value_shapes.items()
-        if n in read and n not in function.arg_shapes and stores[n] == 1
-    }
-
-
-def _stored(tree: ast.AST) -> list[str]:
-    return [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-
-
-def _dumps(items: Any) -> list[str]:
-    """Comparable text of the module's constants (`(name, value)` pairs) or of `ast` nodes."""
-    def dump(item: Any) -> str:
-        if isinstance(item, ast.AST):
-            return ast.dump(item)
-        return repr([dump(part) for part in item]) if isinstance(item, tuple) else repr(item)
-
-    return [dump(item) for item in items]
-
-
-def _tree(function: Function) -> tuple[ast.Module, dict[int, tuple[Any, str]]]:
-    """The body of `function` as one `ast`, and for each statement node made for it (not shared
-    with the program) the object whose field holds that node's value."""
-    redirect: dict[int, tuple[Any, str]] = {}
-
-    def statements(body: list[Statement], owner: Function) -> list[ast.stmt]:
-        nodes: list[ast.stmt] = []
-        for statement in body:
-            node = statement.node()
-            held = cast(ast.If, node).body[0] if statement.when is not None else node  # `if when: ...`
-            redirect[id(held)] = (statement, "value")
-            if isinstance(statement, Loop) and isinstance(node, ast.For):
-                node.body = statements(statement.body, owner)
-            elif isinstance(statement, Define) and statement.function is not None:
-                inner = statement.function
-                assert isinstance(node, ast.FunctionDef)
-                node.body = statements(inner.body, inner) + returns(inner)
-            nodes.append(node)
-        return nodes
-
-    def returns(owner: Function) -> list[ast.stmt]:
-        if owner.returns is None:
-            return []
-        node = ast.Return(owner.returns)
-        redirect[id(node)] = (owner, "returns")
-        return [node]
-
-    return ast.Module(statements(function.body, function) + returns(function), []), redirect
