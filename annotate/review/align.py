@@ -191,7 +191,7 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     used: set[Any] = set(inputs.values())
     port_order = {v: i for i, v in enumerate(port.checkpoints)}
     found: dict[Any, Pair] = {}
-    uniform = _uniform_weights(torch, inputs)
+    uniform = _uniform_weights(torch, port, inputs)
     # Equal values first, all of them: a port value equal to a later torch value (a library call
     # such as `nnx.dot_product_attention` computing several torch lines at once) is that value's
     # partner, never the counterpart of the torch lines inside the call.
@@ -228,8 +228,9 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
         # Of that shape, or of its axes in another order (a port keeping queries as (batch, seq,
         # heads, head_dim) where torch has (batch, heads, seq, head_dim)).
-        below = [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
-                 and _same_type(port.values[p], value) and _orders(port.values[p].shape, value.shape)]
+        below = _below(port, value, anchors, used)
+        if not below:  # a port that does not use an input torch uses here (positions for a mask it omits)
+            below = _below(port, value, anchors - set(port.trace.jaxpr.jaxpr.invars), used)
         counterpart = min(below, key=port_order.__getitem__) if below else None
         # A counterpart both of whose sides flow into values that agree again, while no torch
         # result that differs comes of it but through those, is another quantity (torch's
@@ -247,14 +248,23 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
     return Alignment(pairs, first, unmatched)
 
 
-def _uniform_weights(torch: Side, inputs: dict[Any, Any]) -> dict[Any, Any]:
+def _below(port: Side, value: np.ndarray, anchors: set[Any], used: set[Any]) -> list[Any]:
+    """Unpaired port values of `value`'s shape (axes in any order) computed from all of `anchors`."""
+    return [p for p in port.checkpoints if p not in used and anchors and anchors <= port.ancestors[p]
+            and _same_type(port.values[p], value) and _orders(port.values[p].shape, value.shape)]
+
+
+def _uniform_weights(torch: Side, port: Side, inputs: dict[Any, Any]) -> dict[Any, Any]:
     """Torch weights of one number throughout (a LayerNorm's ones and zeros as initialised) -> their
     port partners. Such a weight can make its step no step (`x * 1 + 0` is `x`): a port value equal
     to a torch value computed from one, but not computed from its partner, is equal by its grace
     (the port's value before the step, where the port's step itself may be wrong), no evidence."""
     weights = {item.var for item in torch.trace.inputs if item.kind != "arg"}
+    # A partner the port reads but computes nothing from (a zeroed cache it holds, never written)
+    # has no step of its own to check: the port's values come without it, by no grace.
+    used = frozenset().union(*(port.ancestors.get(v, frozenset()) for v in port.outvars))
     return {t: p for t, p in inputs.items()
-            if t in weights and t in torch.values and _constant(torch.values[t])}
+            if t in weights and t in torch.values and _constant(torch.values[t]) and p in used}
 
 
 def _reaches(start: Any, targets: set[Any], through: set[Any], eqns: Any,

@@ -52,6 +52,9 @@ class Recipe:
     shape: tuple[int, ...]
     rows: tuple[int, int] | None = None
     fused: tuple[str, ...] = ()
+    inout: bool = False
+    """The sources are stored (in, out), as transformers' `Conv1D` keeps GPT-2's weights: fitted as
+    their transpose, an (out, in) `nn.Linear` weight, and transposed back first when built."""
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -60,14 +63,16 @@ class Recipe:
     def describe(self) -> str:
         """`layers.0.attention.wqkv.weight[0:64].T`, `wq.weight + wk.weight.T as [64, 4, 16]`."""
         text = " + ".join(self.sources) + (f"[{self.rows[0]}:{self.rows[1]}]" if self.rows else "")
-        text += {"transpose": ".T", "kernel": ".T", "conv": " (conv)"}.get(self.layout, "")
-        reshaped = self.layout in ("kernel", "reshape") and len(self.shape) != 2
+        transposed = self.layout in ("transpose", "kernel")
+        text += " (conv)" if self.layout == "conv" else (".T" if transposed != self.inout else "")
+        reshaped = self.layout == "squeeze" or self.layout in ("kernel", "reshape") and len(self.shape) != 2
         return text + (f" as {list(self.shape)}" if reshaped else "")
 
     def build(self, state: dict[str, Any], dtype: Any) -> Any:
         import jax.numpy as jnp
 
-        value = jnp.concatenate([state[name] for name in self.sources]) if self.fused else state[self.source]
+        arrays = [state[name].T if self.inout else state[name] for name in self.sources]
+        value = jnp.concatenate(arrays) if self.fused else arrays[0]
         if self.rows is not None:
             value = value[self.rows[0]:self.rows[1]]
         if self.layout in ("transpose", "kernel"):
@@ -89,8 +94,9 @@ class Fit:
 def layout(leaf: Leaf, shape: tuple[int, ...], transposed: bool | None = None) -> str | None:
     """How `leaf` holds a torch tensor of `shape`, if the shapes prove it. A Flax `kernel` (any leaf
     named `*kernel`) is (in, out): torch's (out, in) transposed, its in and out axes each possibly
-    split (`DenseGeneral`); a conv kernel is (*window, in, out). Other leaves are as-is, transposed
-    (when not square) or reshaped (out, in) -> (*out, *in). `transposed` forces the choice (a
+    split (`DenseGeneral`); a conv kernel is (*window, in, out). Other leaves are as-is, without
+    torch's axes of size 1 (a (1, 1, T, T) mask as (T, T)), transposed (when not square) or
+    reshaped (out, in) -> (*out, *in). `transposed` forces the choice (a
     --params-map entry ending in `.T`)."""
     port = leaf.shape
     kernel = leaf.name.endswith("kernel") if transposed is None else transposed
@@ -102,11 +108,17 @@ def layout(leaf: Leaf, shape: tuple[int, ...], transposed: bool | None = None) -
         return None
     if port == shape:
         return "same"
+    if len(port) != len(shape) and _squeezed(port) == _squeezed(shape):
+        return "squeeze"  # torch's (1, 1, T, T) mask buffer as the port's (T, T)
     if len(shape) == 2 and port == shape[::-1]:
         return "transpose"
     if len(shape) == 2 and _splits(port, shape[0], shape[1]):
         return "reshape"
     return None
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(size for size in shape if size != 1)
 
 
 def _splits(shape: tuple[int, ...], first: int, rest: int) -> bool:

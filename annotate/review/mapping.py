@@ -54,6 +54,8 @@ class Mapping:
     """The port is a module, traced as `(output, new state)`."""
     checked: list[str] = field(default_factory=list)
     """With `--port-weights`: the report's lines on the loader's leaves against the mapping."""
+    unread: Any = None
+    """`review.unread.Unread`: why each torch tensor the port does not read is left (set after aligning)."""
 
 
 def tokens(path: str) -> list[str]:
@@ -107,17 +109,17 @@ def assign(port_paths: list[str], state: dict[str, Any]) -> Mapping:
     return mapping
 
 
-def read_params_map(path: str | abc.Mapping[str, str]) -> dict[str, str]:
+def read_params_map(path: str | abc.Mapping[str, str | None]) -> dict[str, str | None]:
     """The `PARAMS_MAP` a port file defines: {port leaf path: torch state_dict name} (given as a
-    dict from Python: the dict)."""
+    dict from Python: the dict). None keeps a module port's own value (a table it computes)."""
     if not isinstance(path, str):
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in path.items()):
+        if not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in path.items()):
             raise Failure("params_map is no dict of strings", "give {port leaf path: state_dict name}")
         return dict(path)
     namespace: dict[str, Any] = {"__file__": path}
     exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)
     given = namespace.get("PARAMS_MAP")
-    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
+    if not isinstance(given, dict) or not all(v is None or isinstance(v, str) for v in given.values()):
         raise Failure("defines no dict PARAMS_MAP of strings",
                       "write PARAMS_MAP = {port leaf path: state_dict name}", file=path)
     return dict(given)

@@ -27,23 +27,33 @@ class _Run:
         return self.port.call(values, data)
 
 
-def trace_module(options: ReviewOptions, port: ModulePort, state: dict[str, Any],
-                 data: tuple, files: list[str], loaded: Any = None) -> tuple[Any, list, Mapping]:
+def trace_module(options: ReviewOptions, port: ModulePort, state: dict[str, Any], data: tuple,
+                 files: list[str], loaded: Any = None, inout: frozenset[str] = frozenset()
+                 ) -> tuple[Any, list, Mapping]:
     """The port traced on torch's weights as fitted to its leaves; `files` are the port's files.
     With `loaded` (`--port-weights`: where the loader made each array), the port runs on the
-    weights its loader gave it, each checked against the fit."""
+    weights its loader gave it, each checked against the fit. `inout`: torch weights stored
+    (in, out) (transformers' `Conv1D`), fitted as the (out, in) weights they stand for."""
+    import dataclasses
+
     import jax
 
     from jaxside.annotate.errors import UserCodeRaised
     from jaxside.tracing import Capture
 
-    shapes = {name: tuple(value.shape) for name, value in state.items()}
+    shapes = {name: tuple(value.shape)[::-1] if name in inout else tuple(value.shape)
+              for name, value in state.items()}
     given = _given(options.params_map, port.leaves, shapes) if options.params_map else {}
-    result = fit(port.leaves, shapes, given)
+    kept = {path for path, recipe in given.items() if recipe is None}
+    result = fit([leaf for leaf in port.leaves if leaf.path not in kept], shapes,
+                 {path: recipe for path, recipe in given.items() if recipe is not None})
+    result.recipes = {path: dataclasses.replace(recipe, inout=True) if recipe.source in inout else recipe
+                      for path, recipe in result.recipes.items()}
     if result.unmapped and loaded is None:
         shown = ", ".join(result.unmapped[:3]) + (", ..." if len(result.unmapped) > 3 else "")
         raise Failure(f"no torch weight fits the {port.framework} weights {shown}",
-                      "map them in a --params-map file", file=options.port)
+                      "map them in a --params-map file (to None: keep the port's own, a table it "
+                      "computes)", file=options.port)
     weights = {name: state[name] for name in sorted({n for r in result.recipes.values() for n in r.sources})}
     recipes: dict[str, Any] = dict(result.recipes)
     checked: list[str] = []
@@ -70,11 +80,16 @@ def trace_module(options: ReviewOptions, port: ModulePort, state: dict[str, Any]
 
 def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
     """` into a Flax NNX Llama (12 transposed, 6 split from 2 fused tensors)`."""
-    kinds = Counter("split" if r.rows else r.layout for r in recipes.values())
+    kinds = Counter("split" if r.rows else r.layout + ("/in-out" if r.inout else "")
+                    for r in recipes.values())
     fused = len({r.source for r in recipes.values() if r.rows})
     joined = [r for r in recipes.values() if r.fused]
-    words = [f"{kinds[k]} {w}" for k, w in (("kernel", "kernels transposed"), ("transpose", "transposed"),
-                                            ("conv", "conv kernels"), ("reshape", "reshaped")) if kinds[k]]
+    named = (("kernel", "kernels transposed"), ("transpose", "transposed"), ("conv", "conv kernels"),
+             ("reshape", "reshaped"), ("kernel/in-out", "kernels as Conv1D keeps them, (in, out)"),
+             ("same/in-out", "transposed from Conv1D's (in, out)"),
+             ("transpose/in-out", "as Conv1D keeps them, (in, out)"),
+             ("squeeze", "without torch's axes of size 1"))
+    words = [f"{kinds[k]} {w}" for k, w in named if kinds[k]]
     if fused:
         words.append(f"{kinds['split']} split from {fused} fused tensor{'s' if fused > 1 else ''}")
     if joined:
@@ -86,15 +101,19 @@ def _note(port: ModulePort, recipes: dict[str, Recipe]) -> str:
     return f" into {article} {port.framework} {port.name}" + (f" ({', '.join(words)})" if words else "")
 
 
-def _given(given: str | abc.Mapping[str, str], leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]
-           ) -> dict[str, Recipe]:
+def _given(given: str | abc.Mapping[str, str | None], leaves: list[Leaf], shapes: dict[str, tuple[int, ...]]
+           ) -> dict[str, Recipe | None]:
+    """The recipes PARAMS_MAP gives; None for a leaf it keeps as the port built it."""
     by_path = {leaf.path: leaf for leaf in leaves}
-    recipes = {}
+    recipes: dict[str, Recipe | None] = {}
     path = given if isinstance(given, str) else None  # a dict from Python has no file
     for port, text in read_params_map(given).items():
         if port not in by_path:
             raise Failure(f"PARAMS_MAP names {port}, which is not a leaf of the port",
                           f"use a dotted path such as {next(iter(by_path), 'layers.0.kernel')}", file=path)
+        if text is None:
+            recipes[port] = None
+            continue
         recipe = given_recipe(by_path[port], text, shapes)
         if isinstance(recipe, str):
             raise Failure(f"PARAMS_MAP maps {port} to {recipe}", "give a state_dict name, rows [a:b], .T",

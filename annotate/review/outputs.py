@@ -11,6 +11,7 @@ leaf is: then, as for the state torch updates in place, some port value must equ
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,8 +88,9 @@ def _computed(torch: Any, port: Any, alignment: Any, rtol: float, atol: float) -
 
 
 def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: float,
-                    matches: dict[Any, tuple[str, Any] | None]) -> list[Leaf]:
-    """Every torch output leaf and in-place state update against the port."""
+                    matches: dict[Any, tuple[str, Any] | None], uncached: Collection[str] = ()) -> list[Leaf]:
+    """Every torch output leaf and in-place state update against the port; an update of a cache
+    the port does not keep (`uncached`, by torch name) is listed, not compared."""
     paired = _computed(torch, port, alignment, rtol, atol)
     ignored = unreturned(matches)
     result = []
@@ -108,7 +110,8 @@ def compare_outputs(torch: Any, port: Any, alignment: Any, rtol: float, atol: fl
         if var in torch.values:
             value = torch.values[var]
             result.append(Leaf(f"{update.input.name} (updated in place)", None,
-                               f"{value.dtype}{list(value.shape)}", None, paired.get(var, False)))
+                               f"{value.dtype}{list(value.shape)}", None, paired.get(var, False),
+                               counts=update.input.name not in uncached))
     return result
 
 
@@ -125,7 +128,9 @@ def lines(leaves: list[Leaf]) -> list[str]:
         if leaf.port_path is None:
             how = "a value the port computed" if leaf.close else "no port value equals it"
             if not leaf.counts:
-                how, verdict = "not returned by the port: not compared", ""
+                kept = leaf.torch_path.endswith("(updated in place)")
+                how = ("the port keeps no cache" if kept else "not returned by the port") + ": not compared"
+                verdict = ""
             rows.append((leaf.torch_path, leaf.shape, f"{how}  {verdict}".rstrip()))
         else:
             rows.append((leaf.torch_path, leaf.shape,

@@ -54,6 +54,13 @@ def _aligned(table: dict[Line, tuple[set[Line], Any, bool, bool]], port_lines: l
     return out
 
 
+def _error_cell(err: float | None, seen: bool, why: str | None) -> str:
+    """A torch line's error as the report writes it, `unmatched (no cache)` with a known reason."""
+    if seen and err is not None:
+        return error_text(err)
+    return "unmatched" + (f" ({why})" if why and not seen else "")
+
+
 def _read(file: str) -> str:
     if file.startswith("<"):  # a notebook cell: IPython keeps its text in linecache
         return "".join(linecache.getlines(file))
@@ -63,7 +70,10 @@ def _read(file: str) -> str:
         return ""
 
 
-def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> str:
+def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
+              reasons: dict[Line, str] | None = None) -> str:
+    """The page; `reasons`: why a torch line has no port value (`no cache`), written beside it as
+    the report does."""
     torch_path, port_path = Path(options.source.file).resolve(), Path(options.port).resolve()
     sited = {site.file for site in port.trace.eqn_sites if site is not None}
     port_files = [f for f in side_files(port, options.port) if f in sited] or [str(port_path)]
@@ -94,7 +104,7 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any) -> 
         for t in torch_here:
             lines, err, ok, seen = table[t]
             statuses.append(("ok" if ok else "bad") if seen else "none")
-            errors.append(error_text(err) if seen and err is not None else "unmatched")  # as the report
+            errors.append(_error_cell(err, seen, (reasons or {}).get(t)))
         status = "bad" if "bad" in statuses else "ok" if "ok" in statuses else "none" if statuses else ""
         if torch_first is not None and (torch_first.file, torch_first.line) in torch_here and (
                 p is None or port_first is None or (port_first.file, port_first.line) == p):

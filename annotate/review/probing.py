@@ -22,7 +22,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from jaxside.annotate.review.mapping import Mapping, assign, best_match
+from jaxside.annotate.review.mapping import Mapping, assign, best_match, tokens
 from jaxside.render.names import is_index
 
 
@@ -41,6 +41,8 @@ class _Probe:
         return self._array
 
     def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int) and self._array is None and self._run.is_tensor(self._path):
+            return self._leaf()[key]  # a row of a tensor (BERT's `token_type_embeddings.weight[0]`)
         if isinstance(key, (str, int)) and not isinstance(key, bool) and self._array is None:
             if key not in self._children:
                 child = _Probe(f"{self._path}[{key!r}]", self._run)
@@ -112,6 +114,12 @@ class _Run:
         lists = numbered_children(self.names)
         found = best_match(path, sorted(lists), set())
         return len(lists[found]) if found is not None else self.length
+
+    def is_tensor(self, path: str) -> bool:
+        """Whether `path` names a torch tensor word for word (`params['wte']['weight']`), so an int
+        index on it is a row of it, not an item of a list (`params['layers'][0]`)."""
+        words = tokens(path)
+        return bool(words) and any(tokens(name) == words for name in self.names)
 
     def has(self, path: str, key: str) -> bool:
         """Whether the torch module most like `path` (a state_dict name less its last part) holds

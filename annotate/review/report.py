@@ -99,28 +99,65 @@ def _numbers(value: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.6g}" for x in flat) + (", ...]" if value.size > 4 else "]")
 
 
+def _agreed_until(torch: Any, port: Any, alignment: Any, torch_label: dict[str, str],
+                  port_label: dict[str, str]) -> list[str]:
+    """The last port value the first divergent one is computed from that equals a torch value:
+    the bug is in the port's lines after it, up to the divergent one (a missing step, such as an
+    attention scale torch folds into its fused call, has no port value of its own to name)."""
+    first = alignment.first
+    partners = {pair.port_var: pair.torch_var for pair in alignment.pairs
+                if pair.close and pair.port_var is not None}
+    order = {var: i for i, var in enumerate(port.checkpoints)}
+    agreed = [var for var in port.ancestors.get(first.port_var, ()) if var in partners and var in order]
+    if not agreed:
+        return []
+    last = max(agreed, key=order.__getitem__)
+    return [f"  after the port's last equal value: {_where(site_of(port, last), port_label)} "
+            f"= torch {_where(site_of(torch, partners[last]), torch_label)}"]
+
+
+def _unpartnered(torch: Any, alignment: Any, unread: Any, torch_label: dict[str, str]) -> list[str]:
+    """Outputs that diverge with no value that lines up and differs (the port computes the value
+    from other inputs than torch's, a cache written with the wrong tensor): the first torch value
+    the port has no counterpart for, with no other reason (no cache) to have none."""
+    reasons = unread.reasons if unread is not None else {}
+    pair = next((p for p in alignment.pairs if p.port_var is None and p.torch_var not in reasons), None)
+    if pair is None:
+        return []
+    value = torch.values[pair.torch_var]
+    return ["first divergence: no port value lines up with a differing torch value; the first torch value "
+            "the port has no counterpart for:",
+            f"  torch {_where(site_of(torch, pair.torch_var), torch_label)}  "
+            f"{value.dtype}{list(value.shape)}  {_numbers(value)}", ""]
+
+
 def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping: Any,
          leaves: list[Any]) -> str:
     from jaxside.annotate.review.outputs import lines as output_lines
     from jaxside.annotate.review.outputs import matched
+    from jaxside.annotate.review.unread import line_reasons
 
     outputs_close = matched(leaves)
+    unread = mapping.unread
     torch_file = options.source.file
     out = [f"review: {torch_file} ({torch.trace.entry}) against {options.port} ({port.trace.entry}), "
            f"rtol {options.rtol:g} atol {options.atol:g}",
            f"weights: {len(mapping.pairs)} mapped{mapping.note}" + (
-               f"; torch weights the port does not read: {', '.join(mapping.unused_torch)}"
-               if mapping.unused_torch else ""),
+               unread.text() if unread is not None else "; torch weights the port does not read: "
+               + ", ".join(mapping.unused_torch) if mapping.unused_torch else ""),
            *mapping.checked, "", f"{'torch line':<24}{'port lines':<32}{'max error':>10}"]
     torch_label = labels(side_files(torch, torch_file))
     port_label = labels(side_files(port, options.port))
+    why = line_reasons(torch, alignment, unread, site_of)
     for (file, line), (lines, err, ok, seen) in rows(torch, port, alignment).items():
         where = grouped(lines, port_label) if lines else "-"
         shown = error_text(err) if err is not None else "unmatched"
-        mark = "" if not seen else ("  ok" if ok else "  DIFFERS")
+        mark = ("" if (file, line) not in why else f"  ({why[(file, line)]})") if not seen else (
+            "  ok" if ok else "  DIFFERS")
         name = f"{torch_label.get(file, Path(file).name)}:{line}"
         out.append(f"{name:<24}{where:<32}{shown:>10}{mark}".replace(f"{name}{where}", f"{name} {where}"))
-    out.append("")
+    cache = unread.cache_line() if unread is not None else None
+    out += ["", *([cache] if cache else [])]
     first = alignment.first
     if first is not None:
         t, p = torch.values[first.torch_var], port.values[first.port_var]
@@ -129,7 +166,10 @@ def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping:
                 f"{_numbers(t)}",
                 f"  port  {_where(site_of(port, first.port_var), port_label)}  {p.dtype}{list(p.shape)}  "
                 f"{_numbers(p)}",
-                f"  max error {error_text(first.error)}", ""]
+                f"  max error {error_text(first.error)}"]
+        out += _agreed_until(torch, port, alignment, torch_label, port_label) + [""]
+    elif not outputs_close:
+        out += _unpartnered(torch, alignment, unread, torch_label)
     lost = {(site.file, site.line) for site in (site_of(port, v) for v in alignment.unmatched_port)
             if site is not None}
     if lost:

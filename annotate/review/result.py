@@ -89,8 +89,11 @@ class Review:
     def html(self) -> str:
         """The two-column page ``annotate review --html`` writes."""
         from jaxside.annotate.review.page import html_page
+        from jaxside.annotate.review.report import site_of
+        from jaxside.annotate.review.unread import line_reasons
 
-        return html_page(self.options, self.torch, self.port, self.alignment)
+        reasons = line_reasons(self.torch, self.alignment, self.mapping.unread, site_of)
+        return html_page(self.options, self.torch, self.port, self.alignment, reasons)
 
     def __str__(self) -> str:
         return self.text()
@@ -119,17 +122,23 @@ def review_entries(
     traced entry's qualname), run both on the same inputs and weights, and align them."""
     from jaxside.annotate.review.align import align, side
     from jaxside.annotate.review.outputs import compare_outputs, match_outputs, unreturned
-    from jaxside.annotate.review.sides import input_pairs, port_side, torch_side
+    from jaxside.annotate.review.sides import in_out_weights, input_pairs, port_side, torch_side
+    from jaxside.annotate.review.unread import classify, tied_names
 
     torch_trace, torch_args, state, data = torch_side(options, entry)
+    aliases = tied_names(entry.fn)
     phase(f"tracing the port {Path(options.port).name}")
     module, port_entry, name = port(torch_trace.entry)
-    port_trace, port_args, mapping = port_side(options, module, port_entry, name, state, data)
+    port_trace, port_args, mapping = port_side(options, module, port_entry, name, state, data,
+                                               in_out_weights(entry.fn))
     phase("running both sides")
     torch, ported = side(torch_trace, torch_args), side(port_trace, port_args)
     phase("comparing values")
-    inputs = input_pairs(torch_trace, port_trace, mapping.inputs)
+    inputs = input_pairs(torch_trace, port_trace, mapping.inputs, aliases)
     matches = match_outputs(torch, ported, mapping.module_port)
     alignment = align(torch, ported, inputs, options.rtol, options.atol, unreturned(matches))
-    leaves = compare_outputs(torch, ported, alignment, options.rtol, options.atol, matches)
+    returned = {match[1] for match in matches.values() if match is not None}
+    mapping.unread = classify(torch, ported, alignment, mapping.unused_torch, aliases, returned)
+    leaves = compare_outputs(torch, ported, alignment, options.rtol, options.atol, matches,
+                             set(mapping.unread.uncached))
     return Review(options, torch, ported, alignment, mapping, leaves)

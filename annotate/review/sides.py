@@ -13,7 +13,8 @@ from jaxside.annotate.errors import Failure
 from jaxside.annotate.options import ReviewOptions
 from jaxside.annotate.review.mapping import read_params_map
 
-__all__ = ["function_side", "input_pairs", "is_factory", "load_weights", "port_side", "torch_side"]
+__all__ = ["function_side", "in_out_weights", "input_pairs", "is_factory", "load_weights", "port_side",
+           "torch_side"]
 
 
 def torch_side(options: ReviewOptions, entry: Any) -> tuple[Any, list[Any], dict[str, Any], tuple]:
@@ -56,9 +57,10 @@ def torch_side(options: ReviewOptions, entry: Any) -> tuple[Any, list[Any], dict
 
 
 def port_side(options: ReviewOptions, module: Any, entry: Any, name: str, state: dict[str, Any],
-              data: tuple) -> tuple[Any, list, Any]:
+              data: tuple, inout: frozenset[str] = frozenset()) -> tuple[Any, list, Any]:
     """The port's trace, its input values, and how its weights were mapped: `entry` (named `name`)
-    is a function, a Flax or Equinox module, or a factory of one, defined in `module`."""
+    is a function, a Flax or Equinox module, or a factory of one, defined in `module`; `inout` are
+    the torch weights stored (in, out) (`in_out_weights`)."""
     from jaxside.annotate.errors import UserCodeRaised
     from jaxside.annotate.review.frameworks import module_port
 
@@ -88,7 +90,7 @@ def port_side(options: ReviewOptions, module: Any, entry: Any, name: str, state:
     if port is not None:
         from jaxside.annotate.review.modules import trace_module
 
-        return trace_module(options, port, state, data, files, made)
+        return trace_module(options, port, state, data, files, made, inout)
     return function_side(options, entry, name, state, data, files)
 
 
@@ -126,6 +128,18 @@ def load_weights(options: ReviewOptions, module: Any, port: Any, built: Any, sta
     # The dtypes the port declares are its own, before the loader: a loader that casts is named.
     return ported, (made, alive, {leaf.path: leaf.dtype for leaf in port.leaves},
                     {id(value) for value in port.own.values()})
+
+
+def in_out_weights(model: Any) -> frozenset[str]:
+    """The weights of a torch module stored (in, out) where `nn.Linear` stores (out, in): those of
+    transformers' `Conv1D` (GPT-2, OpenAI GPT), by their state_dict names."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return frozenset()
+    return frozenset(f"{path}.weight" if path else "weight" for path, module in model.named_modules()
+                     if type(module).__name__ == "Conv1D" and getattr(module, "nf", None) is not None
+                     and tuple(getattr(module, "weight", torch.empty(0)).shape) == (module.nx, module.nf))
 
 
 def is_factory(entry: Any) -> bool:
@@ -193,11 +207,12 @@ def params_map(path: str | Mapping[str, str], state: dict[str, Any]) -> dict[str
     return given
 
 
-def input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str]) -> dict[Any, Any]:
+def input_pairs(torch_trace: Any, port_trace: Any, pairs: dict[str, str],
+                aliases: Mapping[str, list[str]] | None = None) -> dict[Any, Any]:
     """Torch input var -> port input var: mapped weights by name (`pairs`: port input name -> torch
-    name), data inputs in order."""
+    name; a tied tensor's input meets a port input mapped to any of its `aliases`), data inputs in order."""
     port_by_name = {item.name: item.var for item in port_trace.inputs}
-    mapped = {name: port for port, name in pairs.items()}
+    mapped = {alias: port for port, name in pairs.items() for alias in (aliases or {}).get(name, [name])}
     result = {}
     torch_data = [i.var for i in torch_trace.inputs if i.kind == "arg"]
     port_data = [i.var for i in port_trace.inputs if i.name not in pairs]
