@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from jaxside.render.ir import Function, Statement
 from jaxside.render.styles.reading import all_statements, keys_of, loop_aliases, walk
-from jaxside.render.styles.tree import EMBEDDING, LINEAR, Node, Tree
+from jaxside.render.styles.tree import EMBEDDING, LINEAR, Child, Node, Tree, members
 
 __all__ = ["Match", "find_layers", "layer_match"]
 
@@ -72,7 +72,7 @@ def find_layers(tree: Tree) -> None:
     places: dict[tuple[str, str], list[Node]] = {}  # a class's code is shared: all its instances or none
     for owner in tree.nodes.values():
         for name, child in owner.children.items():
-            for item in child if isinstance(child, list) else [child]:
+            for item in members(child):
                 places.setdefault((owner.cls, name), []).append(item)
     for items in places.values():
         if len({item.layer for item in items}) > 1:
@@ -80,7 +80,7 @@ def find_layers(tree: Tree) -> None:
                 item.layer = None
 
 
-def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dict[str, str],
+def _reads(function: Function, scope: dict[str, Child], matched: dict[str, str],
            raw: set[str]) -> None:
     """Note each module whose tensors `function` reads as a layer computes (`matched`, by path) and
     each it reads any other way (`raw`)."""
@@ -88,7 +88,7 @@ def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dic
     def nodes_of(chain: tuple[str, list[str | int]]) -> list[Node]:
         base = scope.get(chain[0])
         found = walk(base, chain[1]) if base is not None else None
-        return [found] if isinstance(found, Node) else found if isinstance(found, list) else []
+        return members(found) if isinstance(found, (Node, list)) else []
 
     returns = [Statement([], function.returns, [], None)] if function.returns is not None else []
     for statement in all_statements(function.body) + returns:
