@@ -247,3 +247,87 @@ def test_transformers_t5_exports_in_the_class_styles(style, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     text = out.read_text()
     assert 'if _count(tensors, path + "layer.") == 2:\n        layer = [' in text
+
+
+IN_PLACE = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x.mul_(2.0)
+        return self.fc(x)
+
+
+def example():
+    return Net().eval(), (torch.randn(2, 4),)
+"""
+
+ALIKE = """\
+import torch
+
+
+class Up(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x).tanh()
+
+
+class Down(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x).sigmoid()
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x) * 0.5
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.parts = torch.nn.ModuleList([Scale(Up()), Scale(Down())])
+
+    def forward(self, x):
+        for part in self.parts:
+            x = part(x)
+        return x
+
+
+def example():
+    return Net().eval(), (torch.randn(2, 4),)
+"""
+
+
+@pytest.mark.parametrize(("source", "line", "said"), [
+    (IN_PLACE, "    def forward(self, x):", "the torch code writes its inputs in place"),
+    (ALIKE, "        self.fn = fn", "`Scale.fn` holds modules of other classes in other instances, with no"),
+])
+def test_a_refusal_names_the_torch_line_at_fault(source, line, said, tmp_path, capsys):
+    """Every class-style refusal says where: the torch def that does what the style cannot write,
+    or the line assigning the module at fault."""
+    from jaxside.annotate.cli import main
+
+    model = tmp_path / "model.py"
+    model.write_text(source)
+    out = tmp_path / "out.py"
+    code = main([str(model), "--export", "--style", "equinox", "--static-shapes", "-o", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    number = source.splitlines().index(line) + 1
+    assert code == 2 and err[-1].startswith(f"error: {model}:{number}: --style equinox: {said}"), err
+    assert not out.exists()

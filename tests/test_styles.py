@@ -132,8 +132,9 @@ def test_from_torch_takes_a_state_dict_too():
 def test_a_function_entry_is_refused_in_a_class_style():
     fn, args = load_sample("seed_example").example()[:2]
     program = lower(capture(fn, *args), None)
-    with pytest.raises(Failure, match="--style nnx: the entry is a function"):
+    with pytest.raises(Failure, match="--style nnx: the entry is a function") as refused:
         module_source(program, "samples/seed_example.py", "nnx", fn)
+    assert (refused.value.file, refused.value.line) == (fn.__code__.co_filename, fn.__code__.co_firstlineno)
 
 
 NAMED = """\

@@ -50,8 +50,11 @@ class Equinox:
                 held = [n.children[name] for n in klass.nodes if name in n.children]
                 annotation = " | ".join(dict.fromkeys(_class_of(child) for child in held)) or "eqx.Module"
             elif kind == "list":
-                kinds = {_annotation(n.children[name]) for n in klass.nodes if name in n.children}
-                annotation = kinds.pop() if len(kinds) == 1 else "list[eqx.Module]"
+                held = [n.children[name] for n in klass.nodes if name in n.children]
+                kinds = {_annotation(child) for child in held}
+                classes = dict.fromkeys(item.cls for child in held for item in members(child))
+                union = " | ".join(classes) or "eqx.Module"
+                annotation = kinds.pop() if len(kinds) == 1 else f"list[{union}]"
             elif kind == "state":
                 annotation = "eqx.nn.StateIndex"
             else:
@@ -129,7 +132,8 @@ def _class_of(node: object) -> str:
 
 def _annotation(child: Child | None, level: int = 0) -> str:
     """A field's type: `Attention`, `list[Block]`, `list[tuple[Attention, FeedForward]]` (a list
-    built item by item in a list is a tuple), `X | None` where torch's list holds no module."""
+    built item by item in a list is a tuple), `list[Conv2d | BatchNorm2d | None]` (`None` where
+    torch's list holds a module with nothing to keep)."""
     if child is None:
         return "None"
     if isinstance(child, Node):
@@ -138,5 +142,5 @@ def _annotation(child: Child | None, level: int = 0) -> str:
     if fixed(child) and level > 0:
         return f"tuple[{', '.join(_annotation(item, level + 1) for item in child)}]"
     real = [k for k in kinds if k != "None"]
-    one = real[0] if len(real) == 1 else "eqx.Module"
+    one = " | ".join(real) or "eqx.Module"
     return f"list[{one}{' | None' if 'None' in kinds else ''}]"
