@@ -178,6 +178,8 @@ def test_a_list_of_lists_is_unpacked_as_torch_unpacks_it(style, tmp_path):
     assert 'net=[\n            _layer_norm(tensors, path + "net.0."),' in text or "None," in text
     # torch's positions kept: the GELU and Dropout of `net` hold nothing, `net[4]` is the last Linear
     assert "self.net[4]" in text
+    if style == "nnx":  # a Sequential's Linear is an `nnx.Linear` beside its LayerNorm: judged by position
+        assert "return self.net[4](" in text and '_linear_layer(tensors, path + "net.4.")' in text
 
 
 @pytest.mark.parametrize("style", STYLES)
