@@ -231,8 +231,8 @@ def _class(klass: Klass, style: Style, writer: Writer, tree: Tree) -> str:
 
 _TENSORS = '''def _tensors(model):
     """Every tensor of a torch module (parameters, buffers, tensor attributes) or of a
-    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by dotted
-    path, as `jnp` arrays."""
+    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by
+    dotted path, as `jnp` arrays."""
     if isinstance(model, dict):
         tensors = dict(model)
     else:

@@ -225,8 +225,8 @@ def apply_rotary_emb(x, freqs_cis):
 
 def _tensors(model):
     """Every tensor of a torch module (parameters, buffers, tensor attributes) or of a
-    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by dotted
-    path, as `jnp` arrays."""
+    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by
+    dotted path, as `jnp` arrays."""
     if isinstance(model, dict):
         tensors = dict(model)
     else:
