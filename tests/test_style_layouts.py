@@ -101,6 +101,24 @@ class Scaled(nn.Module):
         return x
 
 
+class Swap(nn.Module):  # DeepViT's `Rearrange` pair around a norm: one def, two modules
+    def __init__(self, first: int, second: int) -> None:
+        super().__init__()
+        self.first, self.second = first, second
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.transpose(self.first, self.second)
+
+
+class Normed(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.norm = nn.Sequential(Swap(1, 2), nn.LayerNorm(width), Swap(2, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(x) * 2.0
+
+
 class Mix(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -187,6 +205,13 @@ def test_a_child_of_another_class_per_instance_is_built_from_its_tensors(style, 
     text = _exported(Scaled, [(2, 5, 8)], style, tmp_path)
     assert 'if path + "fn.norm.weight" in tensors:\n        fn = _attention(' in text
     assert "for attn, ff in self.layers:" in text
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_one_def_of_two_modules_of_a_sequential_calls_each(style, tmp_path):
+    """Two `Swap`s of one `Sequential` run one def taking no params: each call runs its own."""
+    text = _exported(Normed, [(2, 8, 5)], style, tmp_path)
+    assert "self.norm[0](x)" in text and "self.norm[2](" in text
 
 
 @pytest.mark.parametrize("style", STYLES)

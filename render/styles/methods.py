@@ -94,6 +94,8 @@ class Writer:
         self.defs = {f.name: f for f in tree.program.functions}
         self.config = tree.config_name
         self._current: Function = tree.program.entry
+        self._seen: dict[str, int] = {}
+        """Per def taking no params, its calls written so far in the method (`_callee_path`)."""
 
     def method_name(self, function: Function) -> str:
         """`__call__` for the torch `forward` (the first def of it), else the torch method's name."""
@@ -107,7 +109,7 @@ class Writer:
         return "__call__" if method == "forward" else method
 
     def method(self, function: Function) -> ast.FunctionDef:
-        self._current = function
+        self._current, self._seen = function, {}
         node = self.tree.nodes[function.calls[0].module_path or ""]
         scope = _Scope(loop_aliases(function, node, self.tree), self._state_names(function))
         written = [(s, self._statement(s, function, scope)) for s in function.body]
@@ -382,10 +384,8 @@ class Writer:
                 ref = self._module_ref(chain, scope)
                 break
         else:
-            own = function.calls[0].module_path or ""
-            path = callee.calls[0].module_path or ""
-            if skip == 0 and path != own:
-                relative = path[len(own) + 1:] if own else path
+            relative = self._callee_path(callee, function) if skip == 0 else ""
+            if relative:
                 keys: list[str | int] = [int(k) if k.isdecimal() else k for k in relative.split(".")]
                 ref = attribute_chain(named("self"), keys)
         name = self.method_name(callee)
@@ -394,6 +394,25 @@ class Writer:
             args = [*args, named("state")]
         keywords = [k for k in call.keywords if k.arg != self.config and k.arg not in self._flags(callee)]
         return ast.Call(func, args, keywords)
+
+    def _callee_path(self, callee: Function, function: Function) -> str:
+        """The submodule, relative to the caller's, that a call of a def taking no params runs
+        (`reattn_norm.2`): the one module it runs there, or, where it runs several (DeepViT's two
+        `Rearrange`s of one `Sequential`, one def), the one of this call, in the order they ran."""
+        own = function.calls[0].module_path or ""
+        paths = [c.module_path for c in callee.calls if c.module_path is not None
+                 and (not own or c.module_path.startswith(own + "."))]
+        relative = [p[len(own) + 1:] if own else p for p in paths]
+        if len(set(relative)) <= 1:
+            path = callee.calls[0].module_path or ""
+            return "" if path == own else path[len(own) + 1:] if own else path
+        calls = sum(1 for s in all_statements(function.body) for n in ast.walk(s.node())
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == callee.name)
+        if calls != len(relative):
+            raise StyleError(f"`{callee.name}` runs {len(set(relative))} modules of `{function.name}`, "
+                             "not one a call: not written as a method yet", where=_where(function))
+        seen = self._seen[callee.name] = self._seen.get(callee.name, -1) + 1
+        return relative[seen % len(relative)]
 
     def _updates(self, tree: ast.expr, keys: list[str | int], scope: _Scope) -> list[Statement]:
         """The writes of a def's own state leaves, from the state tree its functional twin returns."""
