@@ -101,6 +101,26 @@ class Scaled(nn.Module):
         return x
 
 
+class Branches(nn.Module):  # vit-pytorch's ParallelViT: `Parallel` of attentions, of feed-forwards
+    def __init__(self, make: type[nn.Module], width: int = 8) -> None:
+        super().__init__()
+        self.fns = nn.ModuleList([make(width) for _ in range(2)])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return sum(fn(x) for fn in self.fns)
+
+
+class Parallel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attend = Branches(Attention)
+        self.feed = Branches(FeedForward)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.attend(x) + x
+        return self.feed(x) + x
+
+
 class Swap(nn.Module):  # DeepViT's `Rearrange` pair around a norm: one def, two modules
     def __init__(self, first: int, second: int) -> None:
         super().__init__()
@@ -205,6 +225,12 @@ def test_a_child_of_another_class_per_instance_is_built_from_its_tensors(style, 
     text = _exported(Scaled, [(2, 5, 8)], style, tmp_path)
     assert 'if path + "fn.norm.weight" in tensors:\n        fn = _attention(' in text
     assert "for attn, ff in self.layers:" in text
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_lists_of_as_many_modules_of_other_classes_are_told_apart_by_a_tensor(style, tmp_path):
+    text = _exported(Parallel, [(2, 5, 8)], style, tmp_path)
+    assert 'if path + "fns.0.norm.weight" in tensors:\n        fns = [' in text
 
 
 @pytest.mark.parametrize("style", STYLES)

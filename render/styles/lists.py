@@ -61,25 +61,41 @@ def _shape(child: Child | None) -> Any:
 def list_value(klass: Klass, name: str, build: Build, inner: Callable[[list[str], bool], str]) -> Choice:
     """The expression building list attribute `name` of `klass` under `path`; `inner` writes a
     list inside another from its items, or (True) from the one comprehension that makes it."""
-    variants: dict[Any, Child] = {}
+    variants: dict[Any, list[list[Child | None]]] = {}
     for node in klass.nodes:
         child = node.children.get(name)
         if isinstance(child, list):
-            variants.setdefault(_shape(child), child)
-    layouts = list(variants.values())
+            variants.setdefault(_shape(child), []).append(child)
+    layouts = [found[0] for found in variants.values()]
     if len(layouts) == 1:
         return [(None, _expr(layouts[0], [name], build, inner, 0))]
-    counts = [sum(1 for item in layout if any(build.holds(n) for n in members(item)))
-              for layout in layouts if isinstance(layout, list)]
-    if len(set(counts)) < len(layouts):
-        path = next(n.path for n in klass.nodes if name in n.children)
-        raise StyleError(f"`{klass.name}.{name}` holds other modules in other instances, as many of them "
-                         "with tensors: not written as one class yet", f"{path}.{name}" if path else name)
-    # told apart by how many items hold tensors (T5's blocks: 2 layers in the encoder, 3 in the decoder)
-    *others, last = layouts
-    tests: list[str | None] = [f'_count(tensors, path + "{name}.") == {count}' for count in counts[:-1]]
-    pairs = zip([*tests, None], [*others, last], strict=True)
+    counts = [sum(1 for item in layout if any(build.holds(n) for n in members(item))) for layout in layouts]
+    if len(set(counts)) == len(layouts):
+        # told apart by how many items hold tensors (T5's blocks: 2 layers in the encoder, 3 in the decoder)
+        tests: list[str | None] = [f'_count(tensors, path + "{name}.") == {count}' for count in counts[:-1]]
+    else:  # by a tensor only that layout has (ParallelViT's attention branches, its feed-forward ones)
+        held = [[_list_leaves(child, name) for child in found] for found in variants.values()]
+        tests = []
+        for k in range(len(layouts) - 1):
+            elsewhere = {p for later in held[k + 1:] for leaves in later for p in leaves}
+            telling = [p for p in held[k][0] if p not in elsewhere and all(p in h for h in held[k][1:])]
+            if not telling:
+                path = next(n.path for n in klass.nodes if name in n.children)
+                raise StyleError(f"`{klass.name}.{name}` holds other modules in other instances, with no "
+                                 "tensor telling them apart: not written as one class yet",
+                                 f"{path}.{name}" if path else name)
+            tests.append(f'path + "{telling[0]}" in tensors')
+    pairs = zip([*tests, None], layouts, strict=True)
     return [(test, _expr(layout, [name], build, inner, 0)) for test, layout in pairs]
+
+
+def _list_leaves(child: Child | None, prefix: str) -> list[str]:
+    """The tensors under a list (`fns.0.norm.weight`), by path relative to its owner."""
+    if isinstance(child, Node):
+        return [f"{prefix}.{leaf}" for leaf in _leaf_paths(child)]
+    if child is None:
+        return []
+    return [leaf for k, item in enumerate(child) for leaf in _list_leaves(item, f"{prefix}.{k}")]
 
 
 def _expr(child: Child | None, parts: list[str], build: Build, inner: Callable[[list[str], bool], str],
