@@ -28,25 +28,31 @@ def module_source(program: Program, file: str, style: str = "functional", model:
     try:
         return render_style(program, style, source=source, types=module_types(model))
     except StyleError as error:
-        file, line = _assigned(model, error.path) if error.path else (None, None)
+        file, line = error.where or (_assigned(model, error.path) if error.path is not None else (None, None))
         raise Failure(f"--style {style}: {error}", "export it in the functional style (no --style)",
                       file=file, line=line, code=EXIT_USAGE) from None
 
 
 def _assigned(model: Any, path: str) -> tuple[str | None, int | None]:
     """Where the torch code makes the attribute that holds submodule `path` (`layers.0.0` -> the
-    `self.layers = ...` line of the root's class), or its class line; (None, None) when unknown."""
-    parts = path.split(".")
-    first = next((k for k, part in enumerate(parts) if part.isdigit()), len(parts))
-    if first == 0 or not hasattr(model, "get_submodule"):
-        return None, None
-    owner_path, attribute = ".".join(parts[: first - 1]), parts[first - 1]
+    `self.layers = ...` line of the root's class, `block.0.fn` -> the `self.fn = ...` line of the
+    block's), else the class line of its owner; the root's (`""`) is its class line; (None, None)
+    when unknown."""
+    parts = path.split(".") if path else []
+    while parts and parts[-1].isdigit():
+        parts.pop()
+    owner_path, attribute = ".".join(parts[:-1]), parts[-1] if parts else None
     try:
         owner = type(model.get_submodule(owner_path))
         file = inspect.getsourcefile(owner)
-        lines, start = inspect.getsourcelines(owner)
     except (AttributeError, OSError, TypeError):
         return None, None
+    try:
+        lines, start = inspect.getsourcelines(owner)
+    except (OSError, TypeError):  # a class made by `type(...)`: its file, no class line
+        return file, None
+    if attribute is None:
+        return file, start
     for node in ast.walk(ast.parse(textwrap.dedent("".join(lines)))):
         targets = node.targets if isinstance(node, ast.Assign) else []
         for target in targets:

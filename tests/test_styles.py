@@ -132,8 +132,9 @@ def test_from_torch_takes_a_state_dict_too():
 def test_a_function_entry_is_refused_in_a_class_style():
     fn, args = load_sample("seed_example").example()[:2]
     program = lower(capture(fn, *args), None)
-    with pytest.raises(Failure, match="--style nnx: the entry is a function"):
+    with pytest.raises(Failure, match="--style nnx: the entry is a function") as refused:
         module_source(program, "samples/seed_example.py", "nnx", fn)
+    assert (refused.value.file, refused.value.line) == (fn.__code__.co_filename, fn.__code__.co_firstlineno)
 
 
 NAMED = """\
@@ -168,11 +169,12 @@ def test_a_torch_class_name_the_module_cannot_use_is_refused(name, said, tmp_pat
     model.write_text(NAMED.format(name=name))
     code = main([str(model), "--export", "--style", "nnx", "--static-shapes", "-o", str(tmp_path / "out.py")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and said in err[-1] and err[-1].startswith("error: --style nnx: "), err
+    line = NAMED.splitlines().index("def forward(self, x):") + 1  # the class's method that ran
+    assert code == 2 and said in err[-1] and err[-1].startswith(f"error: {model}:{line}: --style nnx: "), err
     assert not (tmp_path / "out.py").exists()
 
 
-NESTED = """\
+LISTED = """\
 import torch
 
 
@@ -180,14 +182,14 @@ class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 4)
-        self.pairs = torch.nn.ModuleList(
-            [torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Tanh()]) for _ in range(2)]
+        self.gains = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.ones(4)) for _ in range(2)]
         )
 
     def forward(self, x):
-        for linear, act in self.pairs:
-            x = act(linear(x))
-        return self.fc(x)
+        for gain in self.gains:
+            x = self.fc(x) * gain
+        return x
 
 
 def example():
@@ -195,15 +197,16 @@ def example():
 """
 
 
-def test_a_layout_the_class_styles_cannot_write_is_refused_at_the_line_that_makes_it(tmp_path, capsys):
-    """A list of lists of modules (vit-pytorch's `nn.ModuleList([attn, ff])` per layer): the
-    refusal names the line of the torch file that assigns the outer list."""
+@pytest.mark.parametrize("style", ["nnx", "equinox"])
+def test_a_layout_the_class_styles_cannot_write_is_refused_at_the_line_that_makes_it(style, tmp_path, capsys):
+    """A `ParameterList` (tensors in a numbered list): the refusal names the line of the torch file
+    that assigns it."""
     model = tmp_path / "model.py"
-    model.write_text(NESTED)
-    code = main([str(model), "--export", "--style", "nnx", "--static-shapes", "-o", str(tmp_path / "out.py")])
+    model.write_text(LISTED)
+    code = main([str(model), "--export", "--style", style, "--static-shapes", "-o", str(tmp_path / "out.py")])
     err = capsys.readouterr().err.strip().splitlines()
-    line = NESTED.splitlines().index("        self.pairs = torch.nn.ModuleList(") + 1
-    said = f"error: {model}:{line}: --style nnx: `pairs.0.0`: a list of lists"
+    line = LISTED.splitlines().index("        self.gains = torch.nn.ParameterList(") + 1
+    said = f"error: {model}:{line}: --style {style}: `gains.0`: a tensor in a numbered list"
     assert code == 2 and err[-1].startswith(said), err
     assert not (tmp_path / "out.py").exists()
 

@@ -27,8 +27,9 @@ from jaxside.render.module import (
 )
 from jaxside.render.names import snake
 from jaxside.render.styles.layers import find_layers
+from jaxside.render.styles.lists import Build, child_value, list_value
 from jaxside.render.styles.methods import Framework, Writer
-from jaxside.render.styles.tree import Klass, Node, StyleError, Tree, kept_flags
+from jaxside.render.styles.tree import Klass, Node, StyleError, Tree, kept_flags, members
 
 __all__ = ["Style", "render_classes"]
 
@@ -62,7 +63,10 @@ class Style(Framework, Protocol):
         """The converter's expression for a leaf of this kind (`nnx.Param(value)` or `value`)."""
         ...
 
-    def child_list(self, items: str) -> str:
+    def inner_list(self, items: list[str], made: bool) -> str:
+        """The converter's expression for a list held in a list, from its items (one layer's
+        `[attention, feed_forward]`), or `made` by the one comprehension in `items`: an
+        `nnx.List` in NNX, a tuple (or a list, made) in Equinox."""
         ...
 
     def finish(self, root: str, program: Program) -> list[str]:
@@ -77,15 +81,19 @@ class Style(Framework, Protocol):
 def render_classes(program: Program, style: Style, *, source: str, types: dict[str, str]) -> str:
     """The module text of `program` in `style`; `types` gives the torch class of each module path
     (`torch.nn.modules.linear.Linear`), `source` what it was generated from."""
+    entry = program.entry.calls[0].file, program.entry.calls[0].line
     if program.entry.calls[0].module_type is None:
-        raise StyleError("the entry is a function, not a torch module: only the functional export fits it")
+        raise StyleError("the entry is a function, not a torch module: only the functional export fits it",
+                         where=entry)
     if program.written_inputs:
-        raise StyleError("the torch code writes its inputs in place: only the functional export returns them")
+        raise StyleError("the torch code writes its inputs in place: only the functional export returns them",
+                         where=entry)
     tree = Tree(program, types)
-    odd = next((n for node in tree.nodes.values() for n in [*node.children, *node.leaves]
+    odd = next((node.prefix(n) for node in tree.nodes.values() for n in [*node.children, *node.leaves]
                 if not n.isidentifier() or keyword.iskeyword(n)), None)
     if odd is not None:
-        raise StyleError(f"a torch attribute named {odd!r} is no Python attribute name")
+        attribute = odd.rpartition(".")[2]
+        raise StyleError(f"a torch attribute named {attribute!r} is no Python attribute name", odd)
     _check_class_names(tree, program)
     if style.layers:
         find_layers(tree)
@@ -138,15 +146,23 @@ def _check_class_names(tree: Tree, program: Program) -> None:
     taken = _MODULE_NAMES | {f.name for f in program.functions + program.helpers} | {
         n for n, _ in program.constants}
     torch_types: dict[str, set[str]] = {}
+    first: dict[str, str] = {}
     for node in tree.nodes.values():
         torch_types.setdefault(node.cls, set()).add(node.torch_type)
-    for name, types in torch_types.items():
+        first.setdefault(node.cls, node.path)
+    defs = {f.calls[0].module_type: (f.calls[0].file, f.calls[0].line) for f in reversed(program.functions)}
+    for name, types in torch_types.items():  # refused at its method's def, or where a module of it is made
         if not name.isidentifier() or keyword.iskeyword(name):
-            raise StyleError(f"a torch class named {name!r} is no Python class name")
+            raise StyleError(f"a torch class named {name!r} is no Python class name", first[name],
+                             defs.get(name))
         if name in taken:
-            raise StyleError(f"the torch class {name} has the name of the module's own `{name}`")
+            raise StyleError(f"the torch class {name} has the name of the module's own `{name}`", first[name],
+                             defs.get(name))
         if len(types - {""}) > 1:
-            raise StyleError(f"two torch classes are named {name} ({', '.join(sorted(types - {''}))})")
+            known = tree.nodes[first[name]].torch_type or next(iter(types - {""}))
+            path = next(n.path for n in tree.nodes.values()
+                        if n.cls == name and n.torch_type not in ("", known))
+            raise StyleError(f"two torch classes are named {name} ({', '.join(sorted(types - {''}))})", path)
 
 
 def _bottom_up(classes: list[Klass]) -> list[Klass]:
@@ -159,7 +175,7 @@ def _bottom_up(classes: list[Klass]) -> list[Klass]:
         done[klass.name] = klass  # marked first: a class reaching itself is no cycle to follow
         for node in klass.nodes:
             for child in node.children.values():
-                for item in child if isinstance(child, list) else [child]:
+                for item in members(child):
                     if item.cls in by_name:
                         visit(by_name[item.cls])
         done.pop(klass.name)
@@ -214,26 +230,27 @@ def _class(klass: Klass, style: Style, writer: Writer, tree: Tree) -> str:
 
 
 _TENSORS = '''def _tensors(model):
-    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
-    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
-    import torch
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or of a
+    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by
+    dotted path, as `jnp` arrays."""
+    if isinstance(model, dict):
+        tensors = dict(model)
+    else:
+        import torch
 
-    if isinstance(model, torch.nn.Module):
         tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
                     tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
-    else:
-        tensors = dict(model)
     arrays = {}
     for path, tensor in tensors.items():
-        if isinstance(tensor, torch.Tensor):
+        if hasattr(tensor, "detach"):  # a torch tensor
             tensor = tensor.detach().cpu()
-            if tensor.dtype == torch.bfloat16:
+            if str(tensor.dtype) == "torch.bfloat16":
                 tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
             else:
-                tensor = jnp.asarray(tensor.numpy())
+                tensor = tensor.numpy()
         arrays[path] = jnp.asarray(tensor)
     return arrays
 
@@ -261,7 +278,7 @@ def _needs_config(classes: list[Klass]) -> set[str]:
         grew = False
         for klass in classes:
             children = {item.cls for node in klass.nodes for child in node.children.values()
-                        for item in (child if isinstance(child, list) else [child]) if item.cls in by_name}
+                        for item in members(child) if item.cls in by_name}
             if klass.name not in needs and children & needs:
                 needs.add(klass.name)
                 grew = True
@@ -291,40 +308,25 @@ def _converter(tree: Tree, classes: list[Klass], style: Style) -> str:
     return "\n\n\n".join([*parts, converter])
 
 
-def _as_list(child: Node | list[Node]) -> list[Node]:
-    return child if isinstance(child, list) else [child]
-
-
 def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[str]) -> str:
-    args = []
+    args, before = [], []
+    build = Build(lambda node, path: _build_call(node, builders, path, needs), _holds)
     for name, kind, optional in klass.attributes():
         key = user_text.literal(name)
         if kind in ("child", "list"):
-            sample = _first(klass, name)
-            if kind == "list":
-                items = sample if isinstance(sample, list) else []
-                kinds = {tuple((n.cls, n.layer) for n in _as_list(node.children[name]))
-                         for node in klass.nodes if name in node.children}
-                if len({(n.cls, n.layer) for n in items}) > 1 and len(kinds) > 1:
-                    raise StyleError(f"`{klass.name}.{name}` holds other modules in other instances: "
-                                     "not written as one class yet")
-                if len({(n.cls, n.layer) for n in items}) > 1:  # a Sequential of different modules
-                    calls = [_build_call(n, builders, f'path + "{name}.{i}."', needs)
-                             for i, n in enumerate(items)]
-                    value = style.child_list(f"[{', '.join(calls)}]")
-                else:
-                    build = _build_call(items[0], builders, f'f"{{path}}{name}.{{i}}."', needs)
-                    count = f"_count(tensors, f\"{{path}}{name}.\")"
-                    value = style.child_list(f"[{build} for i in range({count})]")
-            else:
-                value = "None"
-                if isinstance(sample, Node):
-                    value = _build_call(sample, builders, f'path + "{name}."', needs)
-            if optional and _holds_tensors(klass, name):
-                value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
+            choice = list_value(klass, name, build, style.inner_list) if kind == "list" else child_value(
+                klass, name, build)
+            value = choice[0][1]
+            if len(choice) > 1:  # instances hold other modules: the one the tensors say, chosen first
+                value = f"{name}_" if name in ("tensors", "path", "config") else name
+                for k, (test, expr) in enumerate(choice):
+                    head = ("if " if k == 0 else "elif ") + test if test else "else"
+                    before.append(f"    {head}:\n        {value} = {expr}")
         else:
             read = f"tensors.get(path + {key})" if optional else f"tensors[path + {key}]"
             value = style.leaf(kind, read) if not optional else f"{read}"
+        if kind in ("child", "list") and optional and _holds_tensors(klass, name):
+            value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
         args.append(f"        {style.argument(name)}={value},")
     if klass.uses_config:
         args.append("        config=config,")
@@ -334,20 +336,22 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
     config = ", config" if klass.name in needs else ""
     signature = f"def {builders[klass.name]}(tensors, path{config}):"
     doc = f'    """`{klass.name}` from the tensors under `path`."""'
-    text = f"{signature}\n{doc}\n    return {klass.name}(\n{body}\n    )"
+    text = "\n".join([signature, doc, *before, f"    return {klass.name}(\n{body}\n    )"])
     lines = format_statement(ast.parse(text).body[0], 0, MODULE_WIDTH)
     return re.sub(r"f'([^'\"]*)'", r'f"\1"', "\n".join(lines))
+
+
+def _holds(node: Node) -> bool:
+    """Whether a module holds a tensor, itself or below."""
+    return bool(node.leaves) or any(_holds(n) for c in node.children.values() for n in members(c))
 
 
 def _holds_tensors(klass: Klass, name: str) -> bool:
     """Whether the child `name` holds a tensor in some instance: the converter then builds it where
     tensors lie under its path. One holding none (an activation module) leaves no trace in a
     `state_dict`, so it is built in every instance, and is there wherever the torch code calls it."""
-    def holds(node: Node) -> bool:
-        return bool(node.leaves) or any(holds(n) for c in node.children.values() for n in _as_list(c))
-
-    return any(holds(n) for node in klass.nodes if name in node.children
-               for n in _as_list(node.children[name]))
+    return any(_holds(n) for node in klass.nodes if name in node.children
+               for n in members(node.children[name]))
 
 
 def _flags_table(classes: list[Klass]) -> str:
@@ -368,10 +372,6 @@ def _flags_table(classes: list[Klass]) -> str:
     lines = format_statement(tree.body[0], 0, MODULE_WIDTH)
     doc = '"""Per torch module, the flags it was built with where they differ from its class\'s defaults."""'
     return double_quotes("\n".join(lines)) + "\n" + doc
-
-
-def _first(klass: Klass, name: str) -> Node | list[Node] | None:
-    return next((n.children[name] for n in klass.nodes if name in n.children), None)
 
 
 def _build_call(node: Node, builders: dict[str, str], path: str, needs: set[str]) -> str:

@@ -12,7 +12,8 @@ import re
 
 from jaxside.render.ir import Program, named
 from jaxside.render.rules import dotted
-from jaxside.render.styles.tree import Klass, Tree, kept_flags
+from jaxside.render.styles.lists import fixed
+from jaxside.render.styles.tree import Child, Klass, Node, Tree, kept_flags, members
 
 __all__ = ["Equinox"]
 
@@ -45,13 +46,15 @@ class Equinox:
             if optional and config:
                 lines += config
                 config = []
-            if kind == "child":
-                child = next((n.children[name] for n in klass.nodes if name in n.children), None)
-                annotation = _class_of(child)
+            if kind == "child":  # CaiT's `LayerScale.fn`: an `Attention` here, a `FeedForward` there
+                held = [n.children[name] for n in klass.nodes if name in n.children]
+                annotation = " | ".join(dict.fromkeys(_class_of(child) for child in held)) or "eqx.Module"
             elif kind == "list":
-                items = next((n.children[name] for n in klass.nodes if name in n.children), [])
-                kinds = {_class_of(item) for item in items} if isinstance(items, list) else set()
-                annotation = f"list[{kinds.pop() if len(kinds) == 1 else 'eqx.Module'}]"
+                held = [n.children[name] for n in klass.nodes if name in n.children]
+                kinds = {_annotation(child) for child in held}
+                classes = dict.fromkeys(item.cls for child in held for item in members(child))
+                union = " | ".join(classes) or "eqx.Module"
+                annotation = kinds.pop() if len(kinds) == 1 else f"list[{union}]"
             elif kind == "state":
                 annotation = "eqx.nn.StateIndex"
             else:
@@ -75,8 +78,10 @@ class Equinox:
     def leaf(self, kind: str, value: str) -> str:
         return f"eqx.nn.StateIndex({value})" if kind == "state" else value
 
-    def child_list(self, items: str) -> str:
-        return items
+    def inner_list(self, items: list[str], made: bool) -> str:
+        if made:
+            return items[0]
+        return f"({', '.join(items)},)" if len(items) == 1 else f"({', '.join(items)})"
 
     def finish(self, root: str, program: Program) -> list[str]:
         if not program.takes_state:
@@ -110,8 +115,7 @@ def _reaching(tree: Tree, name: str) -> set[str]:
     holds: dict[str, set[str]] = {}
     for node in tree.nodes.values():
         for child in node.children.values():
-            items = child if isinstance(child, list) else [child]
-            holds.setdefault(node.cls, set()).update(n.cls for n in items)
+            holds.setdefault(node.cls, set()).update(n.cls for n in members(child))
     reaching: set[str] = set()
     frontier = {name}
     while frontier:
@@ -124,3 +128,19 @@ def _reaching(tree: Tree, name: str) -> set[str]:
 def _class_of(node: object) -> str:
     cls = getattr(node, "cls", None)
     return cls if isinstance(cls, str) else "eqx.Module"
+
+
+def _annotation(child: Child | None, level: int = 0) -> str:
+    """A field's type: `Attention`, `list[Block]`, `list[tuple[Attention, FeedForward]]` (a list
+    built item by item in a list is a tuple), `list[Conv2d | BatchNorm2d | None]` (`None` where
+    torch's list holds a module with nothing to keep)."""
+    if child is None:
+        return "None"
+    if isinstance(child, Node):
+        return child.cls
+    kinds = list(dict.fromkeys(_annotation(item, level + 1) for item in child))
+    if fixed(child) and level > 0:
+        return f"tuple[{', '.join(_annotation(item, level + 1) for item in child)}]"
+    real = [k for k in kinds if k != "None"]
+    one = " | ".join(real) or "eqx.Module"
+    return f"list[{one}{' | None' if 'None' in kinds else ''}]"

@@ -7,8 +7,9 @@ import ast
 from dataclasses import dataclass
 
 from jaxside.render.ir import Function, Statement
+from jaxside.render.styles.lists import uniform
 from jaxside.render.styles.reading import all_statements, keys_of, loop_aliases, walk
-from jaxside.render.styles.tree import EMBEDDING, LINEAR, Node, Tree
+from jaxside.render.styles.tree import EMBEDDING, LINEAR, Child, Node, Tree, members
 
 __all__ = ["Match", "find_layers", "layer_match"]
 
@@ -69,18 +70,35 @@ def find_layers(tree: Tree) -> None:
         want = LINEAR if kind == "linear" else EMBEDDING
         if path not in raw and node.torch_type == want and not node.children and node.path:
             node.layer = kind
-    places: dict[tuple[str, str], list[Node]] = {}  # a class's code is shared: all its instances or none
+    places: dict[Place, list[Node]] = {}  # a class's code is shared: all its instances or none
     for owner in tree.nodes.values():
         for name, child in owner.children.items():
-            for item in child if isinstance(child, list) else [child]:
-                places.setdefault((owner.cls, name), []).append(item)
+            for place, item in _places(child, (owner.cls, name)):
+                places.setdefault(place, []).append(item)
     for items in places.values():
         if len({item.layer for item in items}) > 1:
             for item in items:
                 item.layer = None
 
 
-def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dict[str, str],
+Place = tuple[str | int, ...]
+"""A module's place in its owner's class: (class, attribute, positions in a list built item by item)."""
+
+
+def _places(child: Child | None, place: Place) -> list[tuple[Place, Node]]:
+    """Each module `child` holds with its place in its owner's class: the attribute, and in a list
+    built item by item its position (a `Sequential`'s `net[1]` and `net[4]` are other code), in a
+    list of alike items none (the loop over `layers` runs one code for all)."""
+    if child is None:
+        return []
+    if isinstance(child, Node):
+        return [(place, child)]
+    listed = uniform(child)
+    return [found for k, item in enumerate(child)
+            for found in _places(item, place if listed else (*place, k))]
+
+
+def _reads(function: Function, scope: dict[str, Child], matched: dict[str, str],
            raw: set[str]) -> None:
     """Note each module whose tensors `function` reads as a layer computes (`matched`, by path) and
     each it reads any other way (`raw`)."""
@@ -88,7 +106,7 @@ def _reads(function: Function, scope: dict[str, Node | list[Node]], matched: dic
     def nodes_of(chain: tuple[str, list[str | int]]) -> list[Node]:
         base = scope.get(chain[0])
         found = walk(base, chain[1]) if base is not None else None
-        return [found] if isinstance(found, Node) else found if isinstance(found, list) else []
+        return members(found) if isinstance(found, (Node, list)) else []
 
     returns = [Statement([], function.returns, [], None)] if function.returns is not None else []
     for statement in all_statements(function.body) + returns:

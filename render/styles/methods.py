@@ -26,7 +26,8 @@ from jaxside.render.styles.reading import (
     walk,
 )
 from jaxside.render.styles.refold import refold
-from jaxside.render.styles.tree import Flag, Node, StyleError, Tree
+from jaxside.render.styles.tree import Child, Flag, Node, StyleError, Tree
+from jaxside.render.styles.unpacking import unpack
 
 __all__ = ["Framework", "Writer"]
 
@@ -53,7 +54,7 @@ class Framework(Protocol):
 class _Scope:
     """Where a def's names point: `params`/`state` at its own node, loop variables at a list item."""
 
-    aliases: dict[str, Node | list[Node]] = field(default_factory=dict)
+    aliases: dict[str, Child] = field(default_factory=dict)
     state_names: set[str] = field(default_factory=set)
 
 
@@ -93,6 +94,8 @@ class Writer:
         self.defs = {f.name: f for f in tree.program.functions}
         self.config = tree.config_name
         self._current: Function = tree.program.entry
+        self._seen: dict[str, int] = {}
+        """Per def taking no params, its calls written so far in the method (`_callee_path`)."""
 
     def method_name(self, function: Function) -> str:
         """`__call__` for the torch `forward` (the first def of it), else the torch method's name."""
@@ -106,7 +109,7 @@ class Writer:
         return "__call__" if method == "forward" else method
 
     def method(self, function: Function) -> ast.FunctionDef:
-        self._current = function
+        self._current, self._seen = function, {}
         node = self.tree.nodes[function.calls[0].module_path or ""]
         scope = _Scope(loop_aliases(function, node, self.tree), self._state_names(function))
         written = [(s, self._statement(s, function, scope)) for s in function.body]
@@ -128,7 +131,8 @@ class Writer:
         gone = {"params"} | scope.state_names | (set() if self.framework.threads_state else {"state"})
         left = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in gone})
         if left:  # a use of the functional defs' trees this writer does not know
-            raise StyleError(f"`{function.name}` uses {', '.join(left)} in a way not written as a method yet")
+            raise StyleError(f"`{function.name}` uses {', '.join(left)} in a way not written as a method yet",
+                             where=_where(function))
         return tree
 
     def _takes_state(self, function: Function) -> bool:
@@ -164,7 +168,8 @@ class Writer:
             target = ast.Tuple([named(t, ast.Store()) for t in stores], ast.Store())
         if callee is not None and callee.calling.state_out:
             if not isinstance(target, ast.Tuple) or len(target.elts) != 2:
-                raise StyleError(f"`{ast.unparse(value)}`: a call returning state without its own statement")
+                raise StyleError(f"`{ast.unparse(value)}`: a call returning state without its own statement",
+                                 where=_where(function))
             out = target.elts[0]
             if self.framework.threads_state:
                 target = ast.Tuple([out, named("state", ast.Store())], ast.Store())
@@ -217,7 +222,7 @@ class Writer:
         loop = copy.copy(loop)
         bound = loop_modules(loop, scope.aliases)
         if bound:  # `for layer, layer_state in zip(params["layers"], ...)`: `for layer in self.layers`
-            name, _ = bound[0]
+            name, items = bound[0]
             iterable = loop.iterable
             source, start = list_tail(iterable.args[0] if isinstance(iterable, ast.Call) else iterable)
             chain = keys_of(source) if source is not None else None
@@ -232,7 +237,14 @@ class Writer:
             if counter is not None:  # `for i, layer in enumerate(self.layers)`: `i` stays
                 loop.iterable = ast.Call(named("enumerate"), [loop.iterable], [])
                 loop.loop_target = ast.Tuple([counter, loop.loop_target], ast.Store())
-            if values:
+            taken = _bound(function) - {name}
+            unpacked = unpack(loop, name, items, taken) if not (values or counter) else None
+            if unpacked is not None:  # `for attn, ff in self.layers:`, as torch wrote it
+                names, loop.body = unpacked
+                loop.loop_target = ast.Tuple([named(n, ast.Store()) for n in names], ast.Store())
+                for k, item_name in enumerate(names):
+                    scope.aliases[item_name] = [i[k] if isinstance(i, list) else i for i in items]
+            elif values:
                 sources = [self._expr(v, function, scope) for _, v in values]
                 loop.iterable = ast.Call(named("zip"), [loop.iterable, *sources], [])
                 loop.loop_target = ast.Tuple([loop.loop_target, *(t for t, _ in values)], ast.Store())
@@ -343,7 +355,8 @@ class Writer:
             return None
         base = scope.aliases.get(match.module[0])
         found = walk(base, match.module[1]) if base is not None else None
-        items = found if isinstance(found, list) else [found]
+        items: list[Child | None] = (found if isinstance(found, list)
+                                     else [found] if isinstance(found, Node) else [])
         if not items or not all(isinstance(n, Node) and n.layer for n in items):
             return None
         argument = self._expr(match.argument, self._current, scope)
@@ -354,7 +367,8 @@ class Writer:
         `self.attention(x, ...)`; a def of no module (`apply_rotary_emb`) stays as it is."""
         if callee.calls[0].module_type is None:
             if callee.calling.uses_params or callee.calling.uses_state:
-                raise StyleError(f"`{callee.name}` reads a module's tensors but is no method of it")
+                raise StyleError(f"`{callee.name}` reads a module's tensors but is no method of it",
+                                 where=_where(callee))
             return call
         skip = int(callee.calling.uses_params) + int(callee.calling.uses_state)
         args = call.args[skip:]
@@ -364,15 +378,14 @@ class Writer:
             if isinstance(arg, ast.Name) and arg.id in scope.aliases:
                 chain = (arg.id, [])
             if chain is None:
-                raise StyleError(f"`{ast.unparse(call)}`: the module a call runs is not a path")
+                raise StyleError(f"`{ast.unparse(call)}`: the module a call runs is not a path",
+                                 where=_where(function))
             if chain[0] in scope.aliases:
                 ref = self._module_ref(chain, scope)
                 break
         else:
-            own = function.calls[0].module_path or ""
-            path = callee.calls[0].module_path or ""
-            if skip == 0 and path != own:
-                relative = path[len(own) + 1:] if own else path
+            relative = self._callee_path(callee, function) if skip == 0 else ""
+            if relative:
                 keys: list[str | int] = [int(k) if k.isdecimal() else k for k in relative.split(".")]
                 ref = attribute_chain(named("self"), keys)
         name = self.method_name(callee)
@@ -382,13 +395,33 @@ class Writer:
         keywords = [k for k in call.keywords if k.arg != self.config and k.arg not in self._flags(callee)]
         return ast.Call(func, args, keywords)
 
+    def _callee_path(self, callee: Function, function: Function) -> str:
+        """The submodule, relative to the caller's, that a call of a def taking no params runs
+        (`reattn_norm.2`): the one module it runs there, or, where it runs several (DeepViT's two
+        `Rearrange`s of one `Sequential`, one def), the one of this call, in the order they ran."""
+        own = function.calls[0].module_path or ""
+        paths = [c.module_path for c in callee.calls if c.module_path is not None
+                 and (not own or c.module_path.startswith(own + "."))]
+        relative = [p[len(own) + 1:] if own else p for p in paths]
+        if len(set(relative)) <= 1:
+            path = callee.calls[0].module_path or ""
+            return "" if path == own else path[len(own) + 1:] if own else path
+        calls = sum(1 for s in all_statements(function.body) for n in ast.walk(s.node())
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == callee.name)
+        if calls != len(relative):
+            raise StyleError(f"`{callee.name}` runs {len(set(relative))} modules of `{function.name}`, "
+                             "not one a call: not written as a method yet", where=_where(function))
+        seen = self._seen[callee.name] = self._seen.get(callee.name, -1) + 1
+        return relative[seen % len(relative)]
+
     def _updates(self, tree: ast.expr, keys: list[str | int], scope: _Scope) -> list[Statement]:
         """The writes of a def's own state leaves, from the state tree its functional twin returns."""
         if isinstance(tree, ast.Dict):
             found: list[Statement] = []
             for key, value in zip(tree.keys, tree.values, strict=True):
                 if not isinstance(key, ast.Constant) or not isinstance(key.value, (str, int)):
-                    raise StyleError(f"`{ast.unparse(tree)}`: a state tree with computed keys")
+                    raise StyleError(f"`{ast.unparse(tree)}`: a state tree with computed keys",
+                                     where=_where(self._current))
                 found += self._updates(value, [*keys, key.value], scope)
             return found
         if isinstance(tree, ast.Name) and tree.id in scope.state_names:
@@ -407,6 +440,18 @@ class _Raw(Statement):
     def plain(self) -> ast.stmt:
         assert self.node_ is not None
         return self.node_
+
+
+def _where(function: Function) -> tuple[str, int]:
+    """The torch `def` a functional def came from (its file and line)."""
+    return function.calls[0].file, function.calls[0].line
+
+
+def _bound(function: Function) -> set[str]:
+    """Every name a def uses or binds."""
+    names = {n.id for s in all_statements(function.body) for n in ast.walk(s.node())
+             if isinstance(n, ast.Name)}
+    return names | set(function.params)
 
 
 def _zipped_values(loop: Loop) -> list[tuple[ast.expr, ast.expr]]:

@@ -95,8 +95,9 @@ class Nnx:
     def leaf(self, kind: str, value: str) -> str:
         return value
 
-    def child_list(self, items: str) -> str:
-        return items
+    def inner_list(self, items: list[str], made: bool) -> str:
+        """NNX 0.12 takes modules in a list only inside an `nnx.List`, at every depth."""
+        return f"nnx.List({items[0]})" if made else f"nnx.List([{', '.join(items)}])"
 
     def finish(self, root: str, program: Program) -> list[str]:
         return [f"return {root}"]
@@ -108,6 +109,3 @@ class Nnx:
         if program.takes_state:
             lines[-1] += "  # updates the model's nnx.Cache variables"
         return lines
-
-
-

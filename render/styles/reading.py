@@ -7,7 +7,8 @@ import ast
 from typing import Any
 
 from jaxside.render.ir import Function, Loop, Statement
-from jaxside.render.styles.tree import Node, Tree
+from jaxside.render.names import is_index
+from jaxside.render.styles.tree import Child, Node, Tree
 
 __all__ = ["all_statements", "attribute_chain", "enumerated", "keys_of", "loop_aliases", "loop_modules",
            "walk"]
@@ -26,22 +27,28 @@ def keys_of(node: ast.expr) -> tuple[str, list[str | int]] | None:
 
 
 def attribute_chain(base: ast.expr, keys: list[str | int]) -> ast.expr:
+    """`self.layers[0].attention` for ["layers", 0, "attention"]; a list position the functional
+    export keys as a string (`params["to_out"]["1"]`, a `Sequential` whose item 0 holds no tensor) is
+    an index here, as the class's list keeps torch's positions."""
     node = base
     for key in keys:
-        node = ast.Subscript(node, ast.Constant(key), ast.Load()) if isinstance(key, int) else ast.Attribute(
-            node, key, ast.Load())
+        if isinstance(key, int) or is_index(key):
+            node = ast.Subscript(node, ast.Constant(int(key)), ast.Load())
+        else:
+            node = ast.Attribute(node, key, ast.Load())
     return node
 
 
-def walk(node: Node | list[Node] | None, keys: list[str | int]) -> Node | list[Node] | str | None:
-    """What `keys` reach from `node`: a node, a list of nodes, a leaf's name (str), or None. A key an
+def walk(node: Child | None, keys: list[str | int]) -> Child | str | None:
+    """What `keys` reach from `node`: a node, a list, a leaf's name (str), or None. A key an
     instance lacks is looked up in the other instances of its class (a def shared by blocks with and
     without a `downsample` reads it under `if downsample:`)."""
     for position, key in enumerate(keys):
         if isinstance(node, list):
-            if not isinstance(key, int) or key >= len(node):
+            index = key if isinstance(key, int) else int(key) if is_index(key) else None
+            if index is None or not -len(node) <= index < len(node):
                 return None
-            node = node[key]
+            node = node[index]
         elif isinstance(node, Node) and isinstance(key, str):
             owner = next((n for n in [node, *node.peers] if key in n.children or key in n.leaves), node)
             if key in owner.leaves and position == len(keys) - 1:
@@ -61,9 +68,9 @@ def all_statements(statements: list[Statement]) -> list[Statement]:
     return found
 
 
-def loop_aliases(function: Function, node: Node, tree: Tree) -> dict[str, Node | list[Node]]:
+def loop_aliases(function: Function, node: Node, tree: Tree) -> dict[str, Child]:
     """`params`, `state` and the loop variables over a list of modules, each to what it holds."""
-    scope: dict[str, Node | list[Node]] = {"params": node, "state": node}
+    scope: dict[str, Child] = {"params": node, "state": node}
     for statement in all_statements(function.body):
         if isinstance(statement, Loop) and statement.loop_target is not None:
             for name, items in loop_modules(statement, scope):
@@ -79,7 +86,7 @@ def enumerated(loop: Loop) -> bool:
             and isinstance(target, ast.Tuple) and len(target.elts) == 2)
 
 
-def loop_modules(loop: Loop, scope: dict[str, Any]) -> list[tuple[str, list[Node]]]:
+def loop_modules(loop: Loop, scope: dict[str, Any]) -> list[tuple[str, list[Child | None]]]:
     """The loop variables bound to list items: `layer` in `zip(params["layers"], state["layers"])`."""
     iterable, target = loop.iterable, loop.loop_target
     if enumerated(loop) and isinstance(iterable, ast.Call) and isinstance(target, ast.Tuple):

@@ -11,11 +11,13 @@ from __future__ import annotations
 import ast
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from jaxside.render.ir import Function, Keyword, Program
 from jaxside.render.names import is_index
 
-__all__ = ["EMBEDDING", "LINEAR", "Flag", "Klass", "Node", "StyleError", "Tree", "kept_flags"]
+__all__ = ["EMBEDDING", "LINEAR", "Child", "Flag", "Klass", "Node", "StyleError", "Tree", "kept_flags",
+           "members"]
 
 LINEAR = "torch.nn.modules.linear.Linear"
 EMBEDDING = "torch.nn.modules.sparse.Embedding"
@@ -23,11 +25,28 @@ EMBEDDING = "torch.nn.modules.sparse.Embedding"
 
 class StyleError(Exception):
     """The program has something a class-style export cannot write yet (named in the message);
-    `path` is the torch submodule at fault, where there is one (`layers.0.0`)."""
+    `path` is the torch submodule at fault, where there is one (`layers.0.0`), `where` the torch
+    file and line at fault where render knows it (a def's line)."""
 
-    def __init__(self, message: str, path: str | None = None) -> None:
+    def __init__(self, message: str, path: str | None = None, where: tuple[str, int] | None = None) -> None:
         super().__init__(message)
         self.path = path
+        self.where = where
+
+
+Child: TypeAlias = "Node | list[Child | None]"
+"""What a torch attribute holds: a module, or a numbered list (`ModuleList`, `Sequential`) of them,
+of lists too (vit-pytorch's `nn.ModuleList([attention, feed_forward])` per layer), indexed as torch
+indexes it: `None` where the torch list holds a module with no tensors and no def (a `GELU`)."""
+
+
+def members(child: Child | None) -> list[Node]:
+    """The modules `child` holds, at any depth, in order."""
+    if child is None:
+        return []
+    if isinstance(child, list):
+        return [node for item in child for node in members(item)]
+    return [child]
 
 
 @dataclass
@@ -37,7 +56,7 @@ class Node:
     path: str
     cls: str
     torch_type: str
-    children: dict[str, Node | list[Node]] = field(default_factory=dict)
+    children: dict[str, Child] = field(default_factory=dict)
     leaves: dict[str, str] = field(default_factory=dict)
     """Attribute -> "param", "buffer" (read only) or "state" (written by the torch code)."""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -112,7 +131,7 @@ class Tree:
         self.nodes: dict[str, Node] = {}
         leaves = [*program.param_paths, *(p for p in program.state_paths if p not in program.param_paths)]
         modules = {""} | set(defined)
-        for path in leaves:
+        for path in [*leaves, *defined]:  # `pool.1` (a def, no tensors) makes `pool` a module too
             parts = path.split(".")
             modules |= {".".join(parts[:i]) for i in range(len(parts))}
         below: dict[str, set[str]] = {}
@@ -131,19 +150,20 @@ class Tree:
 
         for path in sorted(modules - lists, key=order):
             self.nodes[path] = self._node(path, defined, types)
-        for path in sorted(modules - lists - {""}, key=order):
+
+        def items(path: str) -> list[Child | None]:
+            numbered = {int(k): f"{path}.{k}" for k in below.get(path, ()) if f"{path}.{k}" in modules}
+            return [None if k not in numbered else items(numbered[k]) if numbered[k] in lists
+                    else self.nodes[numbered[k]] for k in range(max(numbered, default=-1) + 1)]
+
+        for path in sorted(modules - {""}, key=order):
             parent, _, name = path.rpartition(".")
             if parent in lists:
-                owner_path, _, attribute = parent.rpartition(".")
-                if owner_path in lists or owner_path not in self.nodes:
-                    raise StyleError(f"`{path}`: a list of lists of modules", path)
-                items = self.nodes[owner_path].children.setdefault(attribute, [])
-                assert isinstance(items, list)
-                items.append(self.nodes[path])
-            elif parent in self.nodes:
-                self.nodes[parent].children[name] = self.nodes[path]
+                continue  # an item of a list: placed by its list
+            if path in lists:
+                self.nodes[parent].children[name] = items(path)
             else:
-                raise StyleError(f"`{path}`: a module under a list entry that is not a module", path)
+                self.nodes[parent].children[name] = self.nodes[path]
         for path in leaves:
             parent, _, leaf = path.rpartition(".")
             if parent in lists:
@@ -159,8 +179,6 @@ class Tree:
             by_class.setdefault(node.cls, []).append(node)
         for node in self.nodes.values():
             node.peers = [n for n in by_class[node.cls] if n is not node]
-        for items in (c for n in self.nodes.values() for c in n.children.values() if isinstance(c, list)):
-            items.sort(key=lambda n: int(n.path.rpartition(".")[2]))
         self.methods = self._methods()
 
     def _node(self, path: str, defined: dict[str, str], types: dict[str, str]) -> Node:
@@ -214,7 +232,7 @@ class Tree:
             holders[node.cls].nodes.append(node)
         return result + list(holders.values())
 
-    def at(self, path: str) -> Node | list[Node] | None:
+    def at(self, path: str) -> Child | None:
         if path in self.nodes:
             return self.nodes[path]
         parent, _, name = path.rpartition(".")

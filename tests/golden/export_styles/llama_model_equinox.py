@@ -58,27 +58,6 @@ class Embedding(eqx.Module):
     weight: jax.Array
 
 
-class RMSNorm(eqx.Module):
-    """`RMSNorm`: the torch module at `norm` and 4 more."""
-
-    weight: jax.Array
-    config: Config = eqx.field(static=True)
-
-    def __call__(self, x):
-        """`RMSNorm.forward`, llama_model.py:169.
-
-        Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
-        """
-        return self._norm(x) * self.weight
-
-    def _norm(self, x):
-        """`RMSNorm._norm`, llama_model.py:166.
-
-        Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
-        """
-        return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + self.config.eps)
-
-
 class Linear(eqx.Module):
     """`Linear`: the tensors of the torch module at `output` and 10 more."""
 
@@ -169,6 +148,27 @@ class FeedForward(eqx.Module):
         return silu_times_w3 @ self.w2.weight.T
 
 
+class RMSNorm(eqx.Module):
+    """`RMSNorm`: the torch module at `norm` and 4 more."""
+
+    weight: jax.Array
+    config: Config = eqx.field(static=True)
+
+    def __call__(self, x):
+        """`RMSNorm.forward`, llama_model.py:169.
+
+        Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
+        """
+        return self._norm(x) * self.weight
+
+    def _norm(self, x):
+        """`RMSNorm._norm`, llama_model.py:166.
+
+        Shared by 5 calls: `layers.0.attention_norm` ... `norm`.
+        """
+        return x * lax.rsqrt(jnp.mean(x * x, axis=2, keepdims=True) + self.config.eps)
+
+
 class TransformerBlock(eqx.Module):
     """`TransformerBlock`: the torch module at `layers.0` and 1 more."""
 
@@ -194,9 +194,9 @@ class Transformer(eqx.Module):
     """`Transformer`: the traced torch module."""
 
     tok_embeddings: Embedding
+    layers: list[TransformerBlock]
     norm: RMSNorm
     output: Linear
-    layers: list[TransformerBlock]
     freqs_cis: jax.Array
     causal_mask: jax.Array
 
@@ -224,26 +224,27 @@ def apply_rotary_emb(x, freqs_cis):
 
 
 def _tensors(model):
-    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
-    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
-    import torch
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or of a
+    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by
+    dotted path, as `jnp` arrays."""
+    if isinstance(model, dict):
+        tensors = dict(model)
+    else:
+        import torch
 
-    if isinstance(model, torch.nn.Module):
         tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
                     tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
-    else:
-        tensors = dict(model)
     arrays = {}
     for path, tensor in tensors.items():
-        if isinstance(tensor, torch.Tensor):
+        if hasattr(tensor, "detach"):  # a torch tensor
             tensor = tensor.detach().cpu()
-            if tensor.dtype == torch.bfloat16:
+            if str(tensor.dtype) == "torch.bfloat16":
                 tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
             else:
-                tensor = jnp.asarray(tensor.numpy())
+                tensor = tensor.numpy()
         arrays[path] = jnp.asarray(tensor)
     return arrays
 
@@ -259,11 +260,6 @@ def _count(tensors, prefix):
 def _embedding(tensors, path):
     """`Embedding` from the tensors under `path`."""
     return Embedding(weight=tensors[path + "weight"])
-
-
-def _rms_norm(tensors, path, config):
-    """`RMSNorm` from the tensors under `path`."""
-    return RMSNorm(weight=tensors[path + "weight"], config=config)
 
 
 def _linear(tensors, path):
@@ -298,6 +294,11 @@ def _feed_forward(tensors, path):
     )
 
 
+def _rms_norm(tensors, path, config):
+    """`RMSNorm` from the tensors under `path`."""
+    return RMSNorm(weight=tensors[path + "weight"], config=config)
+
+
 def _transformer_block(tensors, path, config):
     """`TransformerBlock` from the tensors under `path`."""
     return TransformerBlock(
@@ -312,12 +313,12 @@ def _transformer(tensors, path, config):
     """`Transformer` from the tensors under `path`."""
     return Transformer(
         tok_embeddings=_embedding(tensors, path + "tok_embeddings."),
-        norm=_rms_norm(tensors, path + "norm.", config),
-        output=_linear(tensors, path + "output."),
         layers=[
             _transformer_block(tensors, f"{path}layers.{i}.", config)
-            for i in range(_count(tensors, f"{path}layers."))
+            for i in range(_count(tensors, path + "layers."))
         ],
+        norm=_rms_norm(tensors, path + "norm.", config),
+        output=_linear(tensors, path + "output."),
         freqs_cis=tensors[path + "freqs_cis"],
         causal_mask=tensors[path + "causal_mask"],
     )

@@ -56,11 +56,11 @@ class Config:
 class Transformer(nnx.Module):
     """`Transformer`: the traced torch module."""
 
-    def __init__(self, tok_embeddings, norm, output, layers, freqs_cis, causal_mask):
+    def __init__(self, tok_embeddings, layers, norm, output, freqs_cis, causal_mask):
         self.tok_embeddings = tok_embeddings
+        self.layers = nnx.List(layers)
         self.norm = norm
         self.output = output
-        self.layers = nnx.List(layers)
         self.freqs_cis = nnx.Variable(freqs_cis)
         self.causal_mask = nnx.Variable(causal_mask)
 
@@ -217,26 +217,27 @@ def apply_rotary_emb(x, freqs_cis):
 
 
 def _tensors(model):
-    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
-    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
-    import torch
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or of a
+    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by
+    dotted path, as `jnp` arrays."""
+    if isinstance(model, dict):
+        tensors = dict(model)
+    else:
+        import torch
 
-    if isinstance(model, torch.nn.Module):
         tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
                     tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
-    else:
-        tensors = dict(model)
     arrays = {}
     for path, tensor in tensors.items():
-        if isinstance(tensor, torch.Tensor):
+        if hasattr(tensor, "detach"):  # a torch tensor
             tensor = tensor.detach().cpu()
-            if tensor.dtype == torch.bfloat16:
+            if str(tensor.dtype) == "torch.bfloat16":
                 tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
             else:
-                tensor = jnp.asarray(tensor.numpy())
+                tensor = tensor.numpy()
         arrays[path] = jnp.asarray(tensor)
     return arrays
 
@@ -282,12 +283,12 @@ def _transformer(tensors, path, config):
     """`Transformer` from the tensors under `path`."""
     return Transformer(
         tok_embeddings=_embed_layer(tensors, path + "tok_embeddings."),
-        norm=_rms_norm(tensors, path + "norm.", config),
-        output=_linear_layer(tensors, path + "output."),
         layers=[
             _transformer_block(tensors, f"{path}layers.{i}.", config)
-            for i in range(_count(tensors, f"{path}layers."))
+            for i in range(_count(tensors, path + "layers."))
         ],
+        norm=_rms_norm(tensors, path + "norm.", config),
+        output=_linear_layer(tensors, path + "output."),
         freqs_cis=tensors[path + "freqs_cis"],
         causal_mask=tensors[path + "causal_mask"],
     )

@@ -69,26 +69,27 @@ class LayerNorm(nnx.Module):
 
 
 def _tensors(model):
-    """Every tensor of a torch module (parameters, buffers, tensor attributes) or a
-    `state_dict`, by dotted path, as `jnp` arrays (torch is imported here only)."""
-    import torch
+    """Every tensor of a torch module (parameters, buffers, tensor attributes) or of a
+    `state_dict` (of torch tensors, or of NumPy arrays: then torch is not needed), by
+    dotted path, as `jnp` arrays."""
+    if isinstance(model, dict):
+        tensors = dict(model)
+    else:
+        import torch
 
-    if isinstance(model, torch.nn.Module):
         tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
         for prefix, module in model.named_modules():
             for name, value in vars(module).items():
                 if isinstance(value, torch.Tensor):
                     tensors.setdefault(f"{prefix}.{name}" if prefix else name, value)
-    else:
-        tensors = dict(model)
     arrays = {}
     for path, tensor in tensors.items():
-        if isinstance(tensor, torch.Tensor):
+        if hasattr(tensor, "detach"):  # a torch tensor
             tensor = tensor.detach().cpu()
-            if tensor.dtype == torch.bfloat16:
+            if str(tensor.dtype) == "torch.bfloat16":
                 tensor = jnp.asarray(tensor.float().numpy(), dtype=jnp.bfloat16)
             else:
-                tensor = jnp.asarray(tensor.numpy())
+                tensor = tensor.numpy()
         arrays[path] = jnp.asarray(tensor)
     return arrays
 
