@@ -27,7 +27,7 @@ from jaxside.render.styles.reading import (
 )
 from jaxside.render.styles.refold import refold
 from jaxside.render.styles.tree import Child, Flag, Node, StyleError, Tree
-from jaxside.render.styles.unpacking import unpack
+from jaxside.render.styles.unpacking import packed, unpack
 
 __all__ = ["Framework", "Writer"]
 
@@ -219,7 +219,10 @@ class Writer:
         return None
 
     def _loop(self, loop: Loop, function: Function, scope: _Scope) -> Statement | None:
-        loop = copy.copy(loop)
+        own = loop.loop_target  # the functional export's names for an element's items (`attn, ff`)
+        elements = own.elts if isinstance(own, ast.Tuple) else []
+        own_names = {e.id for e in elements if isinstance(e, ast.Name)}
+        loop = copy.copy(packed(loop, _bound(function)))
         bound = loop_modules(loop, scope.aliases)
         if bound:  # `for layer, layer_state in zip(params["layers"], ...)`: `for layer in self.layers`
             name, items = bound[0]
@@ -237,7 +240,7 @@ class Writer:
             if counter is not None:  # `for i, layer in enumerate(self.layers)`: `i` stays
                 loop.iterable = ast.Call(named("enumerate"), [loop.iterable], [])
                 loop.loop_target = ast.Tuple([counter, loop.loop_target], ast.Store())
-            taken = _bound(function) - {name}
+            taken = _bound(function) - {name} - own_names
             unpacked = unpack(loop, name, items, taken) if not (values or counter) else None
             if unpacked is not None:  # `for attn, ff in self.layers:`, as torch wrote it
                 names, loop.body = unpacked

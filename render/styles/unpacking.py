@@ -1,6 +1,8 @@
 """A loop over a list of lists of modules unpacked as torch unpacked it: vit-pytorch's
 `for attn, ff in self.layers:`, which the functional export writes `for item in params["layers"]:`
-reading `item[0]` and `item[1]`."""
+reading `item[0]` and `item[1]`, or already unpacked as `for attn, ff in params["layers"]:`
+(`packed` takes that back to one element, whose items the class styles then name from the module
+tree)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,43 @@ from jaxside.render.ir import Loop, Statement
 from jaxside.render.styles.reading import all_statements
 from jaxside.render.styles.tree import Child
 
-__all__ = ["unpack"]
+__all__ = ["packed", "unpack"]
+
+
+def packed(loop: Loop, taken: set[str]) -> Loop:
+    """`loop` reading one element `item` as `item[0]`, `item[1]` where the functional export
+    unpacked each element of one list (`for attn, ff in params["layers"]:`); else `loop`."""
+    target, iterable = loop.loop_target, loop.iterable
+    if not isinstance(target, ast.Tuple) or isinstance(iterable, ast.Call):  # `zip(...)`, `enumerate(...)`
+        return loop
+    names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+    if len(names) != len(target.elts) or len(set(names)) != len(names):
+        return loop
+    element = next(n for n in ("item", *(f"item_{k}" for k in range(1, len(taken) + 2))) if n not in taken)
+
+    class Pack(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if node.id in names and isinstance(node.ctx, ast.Load):
+                position = ast.Constant(names.index(node.id))
+                return ast.Subscript(ast.Name(element, ast.Load()), position, ast.Load())
+            return node
+
+    def fix(tree: ast.expr | None) -> ast.expr | None:
+        return Pack().visit(copy.deepcopy(tree)) if tree is not None else None
+
+    def repacked(statement: Statement) -> Statement:
+        new = copy.copy(statement)
+        new.value = fix(statement.value) or statement.value
+        new.when = fix(statement.when)
+        if isinstance(new, Loop):
+            new.iterable = fix(new.iterable)
+            new.body = [repacked(s) for s in new.body]
+        return new
+
+    new = copy.copy(loop)
+    new.loop_target = ast.Name(element, ast.Store())
+    new.body = [repacked(s) for s in loop.body]
+    return new
 
 
 def unpack(loop: Loop, name: str, items: list[Child | None], taken: set[str]
