@@ -299,6 +299,33 @@ def _is_python_number(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) or (isinstance(node, ast.Attribute) and node.attr in ("inf", "nan"))
 
 
+class Layout(NamedTuple):
+    """A staged jaxpr's wiring, for walking it beside the program's equations."""
+
+    made_in: dict[Any, Any]
+    """The equation making each of its values."""
+    invars: frozenset[Any]
+    constvars: frozenset[Any]
+
+
+_LAYOUTS: dict[int, tuple[Any, Layout]] = {}
+
+
+def layout(staged: Any) -> Layout:
+    """The `Layout` of `staged` (a `Jaxpr`), once per jaxpr: the staged jaxprs of candidates and
+    probes are cached (`functools.lru_cache`) and never changed, and fusing walks each against
+    thousands of equations. Kept by identity, the jaxpr held so its id is not reused."""
+    hit = _LAYOUTS.get(id(staged))
+    if hit is None or hit[0] is not staged:
+        if len(_LAYOUTS) >= 4096:
+            _LAYOUTS.clear()
+        made_in = {v: e for e in staged.eqns for v in e.outvars}
+        hit = _LAYOUTS[id(staged)] = (
+            staged, Layout(made_in, frozenset(staged.invars), frozenset(staged.constvars))
+        )
+    return hit[1]
+
+
 def is_traced(var: Any) -> bool:
     return not isinstance(var, Literal)
 

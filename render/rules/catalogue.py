@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Literal
 
-from jaxside.render.rules._core import Candidate, Graph, is_traced
+from jaxside.render.rules._core import Candidate, Graph, is_traced, layout
 
 
 class Entry(NamedTuple):
@@ -207,8 +207,7 @@ def catalogued(eqn: Any, graph: Graph) -> list[Candidate]:
 def _operands(staged: Any, eqn: Any, graph: Graph) -> list[Any] | None:
     """The program's values standing for `staged`'s inputs when its equations, walked back from
     its result, are the program's from `eqn` back (primitives and wiring; `fuse` checks the rest)."""
-    made_in = {v: e for e in staged.eqns for v in e.outvars}
-    invars, constvars = set(staged.invars), set(staged.constvars)
+    made_in, invars, constvars = layout(staged)
     bound: dict[Any, Any] = {}
     seen: set[tuple[int, int]] = set()
 

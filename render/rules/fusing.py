@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 from jax.extend.core import DropVar, Literal, Var
 
-from jaxside.render.rules._core import Candidate, Graph
+from jaxside.render.rules._core import Candidate, Graph, layout
 from jaxside.render.rules.catalogue import catalogued, terminals
 from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS
 from jaxside.render.rules.known_calls import same_literal, same_params
@@ -55,7 +55,7 @@ def match(closed: Any, terminal: int, eqns: list[Any], made_by: dict[Any, int], 
         return None
     inputs = dict(zip(staged.invars, operands))
     staged_consts = dict(zip(staged.constvars, closed.consts))
-    made_in = {v: e for e in staged.eqns for v in e.outvars}
+    made_in = layout(staged).made_in
     mapping: dict[Any, Any] = {}
     visited: dict[int, int] = {}
 
