@@ -310,3 +310,78 @@ def test_a_field_of_any_value_and_path_is_valid_code():
     model.blocks.add_module("²", nn.Module())
     model.blocks.get_submodule("²").n_head = 3
     assert eval(accessor(fields[2]), {"model": model}) == 3
+
+
+# -- a MobileViT-style trunk: stages of (downsample, block), each block a def of its own ------------
+
+
+class _Down(nn.Module):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, 2, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+class _Attn(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=1e-3)
+        self.proj = nn.Linear(dim, dim)
+        self.scale = 0.7
+
+    def forward(self, x):
+        return self.proj(self.norm(x)) * self.scale
+
+
+class _Block(nn.Module):
+    """Reads no config itself: only its layers do, and it has a different number of them per stage."""
+
+    def __init__(self, dim: int, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_Attn(dim) for _ in range(depth)])
+
+    def forward(self, x):
+        y = x.permute(0, 2, 3, 1)
+        for layer in self.layers:
+            y = layer(y) + y
+        return y.permute(0, 3, 1, 2)
+
+
+class _Trunk(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.ModuleList([])
+        cin = 3
+        for dim, depth in zip([4, 6, 8], [1, 2, 3]):
+            self.trunk.append(nn.ModuleList([_Down(cin, dim), _Block(dim, depth)]))
+            cin = dim
+
+    def forward(self, x):
+        for down, block in self.trunk:
+            x = down(x)
+            x = block(x)
+        return x.mean((2, 3))
+
+
+def test_config_reaches_defs_called_through_a_list_of_them():
+    """vit-pytorch's MobileViT: the stages' blocks are three defs (their depths differ), so the
+    rolled trunk calls them through a list (`for (down, block), block_forward_out in zip(...,
+    block_forward_outs)`); the defs read config through their layers, so the call through the
+    list passes it, and the entry, which reads none itself, takes it."""
+    torch.manual_seed(0)
+    model, x = _Trunk().eval(), torch.randn(2, 3, 16, 16)
+    program = lower(Capture()(model, x))
+    text = render_program(program, source="test")
+    assert "block_forward_outs = [block_forward, block_forward_1, block_forward_2]" in text, text
+    assert "def forward(params, x, *, config=Config()):" in text, text
+    assert "block_forward_out(block, x, config=config)" in text, text
+    assert check(load_module(text), program, model, (x,), {})[0].ok
+    other = _Trunk().eval()
+    for module in other.modules():
+        if isinstance(module, _Attn):
+            module.scale, module.norm.eps = 1.5, 0.25
+    export = load_module(text)
+    out = export.forward(export.load_params(other), *to_jax((x,)), config=export.config_from(other))
+    np.testing.assert_allclose(np.asarray(out), other(x).detach().numpy(), rtol=1e-5, atol=1e-5)

@@ -104,18 +104,23 @@ def _by_child(fields: list[ConfigField]) -> None:
 
 
 def thread_config(program: Program) -> None:
-    """`config` into every def that reads it or calls one that does; calls pass it on."""
+    """`config` into every def that reads it or calls one that does; calls pass it on. A call
+    through a list of defs (`for block, block_forward in zip(params["trunk"], block_forwards)`)
+    may call any of them: all of them take `config` if one does, and the call passes it."""
     names = {f.name: _config_name(f) for f in program.functions}
     needs = {name for name, config in names.items() if config is not None}
+    calls = {f.name: _calls(f, set(names)) for f in program.functions}
     changed = True
     while changed:
         changed = False
         for function in program.functions:
-            if function.name in needs:
-                continue
-            if any(callee in needs for callee in _callees(function)):
-                needs.add(function.name)
-                changed = True
+            for _, callees in calls[function.name]:
+                if not any(callee in needs for callee in callees):
+                    continue
+                for name in [function.name, *callees]:
+                    if name in names and name not in needs:
+                        needs.add(name)
+                        changed = True
     for function in program.functions:
         if function.name in needs and names[function.name] is None:
             fresh = names[function.name] = function.scope.fresh("config", "argument")
@@ -124,9 +129,10 @@ def thread_config(program: Program) -> None:
         mine = names[function.name]
         if mine is None:
             continue
-        for call, callee in _calls(function):
-            if callee in needs and not any(k.arg == names[callee] for k in call.keywords):
-                call.keywords.append(ast.keyword(names[callee], named(mine)))
+        for call, callees in calls[function.name]:
+            taking = [names[c] for c in callees if c in needs]
+            if taking and not any(k.arg == taking[0] for k in call.keywords):
+                call.keywords.append(ast.keyword(taking[0], named(mine)))
     entry = program.entry
     if entry.name in needs:
         keyword = next(k for k in entry.keywords if k.name == names[entry.name])
@@ -137,16 +143,58 @@ def _config_name(function: Function) -> str | None:
     return next((k.name for k in function.keywords if not k.values and k.default is None), None)
 
 
-def _callees(function: Function) -> set[str]:
-    return {callee for _, callee in _calls(function)}
-
-
-def _calls(function: Function) -> list[tuple[ast.Call, str]]:
-    """The calls of defs in `function`'s statements and its returned value, with the name called."""
+def _calls(function: Function, defs: set[str]) -> list[tuple[ast.Call, list[str]]]:
+    """The calls of names in `function`'s statements and its returned value, each with the names it
+    may call: the name called, or the defs of the list a loop takes it from."""
     trees: list[ast.AST] = [s.node() for s in function.body]
     trees += [function.returns] if function.returns is not None else []
     nodes = [n for tree in trees for n in ast.walk(tree)]
-    return [(n, n.func.id) for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    tables = _def_tables(nodes, defs)
+    return [
+        (n, tables.get(n.func.id, [n.func.id]))
+        for n in nodes
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    ]
+
+
+def _def_tables(nodes: list[ast.AST], defs: set[str]) -> dict[str, list[str]]:
+    """The loop variables that hold one def of a list of them per iteration, with the list:
+    `block_forward` of `block_forwards = [block_forward_0, block_forward_1]` and
+    `for layer, block_forward in zip(params["layers"], block_forwards)`."""
+    lists: dict[str, list[str]] = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            listed = _defs_listed(node.value, defs, {})
+            if listed:
+                lists[node.targets[0].id] = listed
+    tables: dict[str, list[str]] = {}
+    for node in nodes:
+        if not isinstance(node, ast.For):
+            continue
+        for target, iterable in _zipped(node.target, node.iter):
+            listed = _defs_listed(iterable, defs, lists)
+            if isinstance(target, ast.Name) and listed:
+                tables[target.id] = listed
+    return tables
+
+
+def _zipped(target: ast.expr, iterable: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """Each loop variable with the list it takes its elements from: `(a, b)` of `zip(xs, ys)`
+    with `xs` and `ys`."""
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "zip":
+        if isinstance(target, ast.Tuple) and len(target.elts) == len(iterable.args):
+            return list(zip(target.elts, iterable.args))
+    return [(target, iterable)]
+
+
+def _defs_listed(node: ast.expr, defs: set[str], lists: dict[str, list[str]]) -> list[str]:
+    """The defs `node` lists (`[f, g]`, or a name bound to such a list), [] if it is no such list."""
+    if isinstance(node, ast.Name):
+        return lists.get(node.id, [])
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+        if all(isinstance(e, ast.Name) and e.id in defs for e in node.elts):
+            return [e.id for e in node.elts if isinstance(e, ast.Name)]
+    return []
 
 
 def accessor(f: ConfigField) -> str:
