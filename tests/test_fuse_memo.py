@@ -1,0 +1,126 @@
+"""Fusing a repeated call once (`render.rules.fuse_memo`, issue #37) is exact: every trace a
+shape-generic export lowers (the first capture and its replaying retraces) fuses to the very same
+equations with the memo on and off, and the exported modules are the same text."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import MODELS, load_sample
+
+from jaxside.render.lower import lower
+from jaxside.render.lower.context import Dataflow
+from jaxside.render.module import render_program
+from jaxside.render.rules import fuse_memo, fusing
+from jaxside.tracing import Capture
+
+
+def _key(v: Any) -> Any:
+    if type(v).__name__ == "Literal":
+        return "literal", repr(v.val), v.aval
+    if type(v).__name__ == "DropVar":
+        return "dropped", v.aval
+    return id(v)
+
+
+def _fused(trace: Any) -> list[Any]:
+    """The equations `trace` fuses to: primitives, operands and results by identity, what each
+    idiom writes."""
+    return [
+        (e.primitive.name, [_key(v) for v in e.invars], [_key(v) for v in e.outvars],
+         (e.params.get("code"), e.params.get("rewrite")) if e.primitive.name.startswith("idiom")
+         else id(e.params))
+        for e in Dataflow(trace).eqns
+    ]
+
+
+def assert_memo_is_exact(monkeypatch: pytest.MonkeyPatch, fn: Any, args: tuple, watch: Any = ()) -> None:
+    base = Capture(watch=watch)(fn, *args)
+    traces = [base]
+
+    def retrace(resize: Any) -> Any:
+        traces.append(Capture(watch=watch, resize=resize, like=base)(fn, *args))
+        return traces[-1]
+
+    carried: list[int] = []
+    replay = fuse_memo.Memo.replay
+
+    def counted(memo: Any, span: Any) -> Any:
+        key, runs = replay(memo, span)
+        if runs:
+            carried.append(len(runs))
+        return key, runs
+
+    monkeypatch.setattr(fuse_memo.Memo, "replay", counted)
+    monkeypatch.setattr(fusing, "MEMO", True)
+    with_memo = render_program(lower(base, retrace), source="test")
+    assert carried, "no call's runs were carried over: the memo was not exercised"
+    assert len(traces) > 1
+    fused = [_fused(t) for t in traces]
+    monkeypatch.setattr(fusing, "MEMO", False)
+    assert render_program(lower(base, retrace), source="test") == with_memo
+    assert [_fused(t) for t in traces[: len(fused)]] == fused
+
+
+def test_llama_sample_with_its_kv_cache(monkeypatch):
+    llama = load_sample("llama_model")
+    config = llama.ModelArgs(block_size=32, vocab_size=64, n_layer=3, n_head=4, n_local_heads=2, dim=32)
+    torch.manual_seed(0)
+    model = llama.Transformer(config)
+    model.setup_caches(max_batch_size=1, max_seq_length=config.block_size)
+    assert_memo_is_exact(monkeypatch, model.eval(), (torch.zeros(1, 8, dtype=torch.long), torch.arange(8)))
+
+
+def _load(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_memo_{name}", MODELS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_gpt(monkeypatch):
+    gpt = _load("tiny_gpt")
+    torch.manual_seed(0)
+    model = gpt.GPT(gpt.GPTConfig(block_size=16, vocab_size=32, n_layer=3, n_head=2, n_embd=16)).eval()
+    assert_memo_is_exact(monkeypatch, model, (torch.zeros(1, 8, dtype=torch.long),), [gpt.__file__])
+
+
+def test_a_resnet_with_downsampling_branches(monkeypatch):
+    resnet = _load("tiny_resnet")  # (its blocks: a shortcut, downsampled where the width changes)
+    torch.manual_seed(0)
+    block = resnet.BasicBlock
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, 1, 1), block(8, 8), block(8, 8), block(8, 16, 2), block(16, 16), block(16, 16)
+    ).eval()
+    assert_memo_is_exact(monkeypatch, model, (torch.randn(2, 3, 16, 16),), [resnet.__file__])
+
+
+class _Logits(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_transformers_models(monkeypatch, family):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if family == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64)
+        model = transformers.LlamaForCausalLM(config).eval()
+    else:
+        config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=3, n_head=4, n_positions=64)
+        model = transformers.GPT2LMHeadModel(config).eval()
+    assert_memo_is_exact(monkeypatch, _Logits(model), (torch.zeros(1, 8, dtype=torch.long),))
