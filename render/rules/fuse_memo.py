@@ -2,7 +2,7 @@
 later call with the same equations (`render.rules.fusing.fuse`, issue #37).
 
 Decoder layer 2 emits exactly the equations layer 1 emits.  The first time a call's equations (a
-*span*) are matched, every question asked of the program around them is recorded (`Recorder`):
+*span*) are matched, every question asked of the program around them is recorded (`Questions`):
 each `Graph` answer (the producer, users or constant value of a value, maybe outside the span)
 and each check `fuse` makes beyond the span (where an operand is made, which torch expression
 made an output).  A later span with the same signature is taken as the same when its equations
@@ -32,7 +32,7 @@ Check = Callable[[Callable[[Any], Any]], Any]
 correspondence), answered the same way for a span that is the same."""
 
 
-class Recorder:
+class Questions:
     """Every question a span's matching asks of the program: graph answers and `fuse`'s checks.
 
     The graph does not change while `fuse` runs, so each question is kept once; a producer inside
@@ -144,7 +144,7 @@ def _same_strictly(a: Any, b: Any) -> bool:
     if isinstance(a, (ClosedJaxpr, Jaxpr)):
         return same_value(a, b)
     if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+        return bool(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes())
     if isinstance(a, (tuple, list)):
         return len(a) == len(b) and all(_same_strictly(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
@@ -155,21 +155,10 @@ def _same_strictly(a: Any, b: Any) -> bool:
         return False
 
 
-def signature(eqns: list[Any], span: Sequence[int], alive: set[int]) -> tuple[Any, ...]:
-    """A cheap key for a span: its primitives, wiring (values numbered in order of appearance)
-    and liveness; `Memo.replay` checks everything else (types, parameters, literals)."""
-    numbers: dict[Any, int] = {}
-    number = numbers.setdefault
-    key: list[Any] = []
-    for i in span:
-        eqn = eqns[i]
-        key.append(eqn.primitive)
-        key.append(i in alive)
-        key.extend([number(v, len(numbers)) if type(v) is not Literal else -1 for v in eqn.invars])
-        key.append(-2)
-        key.extend([number(v, len(numbers)) for v in eqn.outvars])
-        key.append(-3)
-    return tuple(key)
+def signature(eqns: list[Any], span: Sequence[int]) -> tuple[Any, ...]:
+    """A cheap key for a span: its primitives in order; `Memo.replay` checks everything else
+    (wiring, types, parameters, literals, liveness)."""
+    return tuple([eqns[i].primitive for i in span])
 
 
 class Memo:
@@ -180,27 +169,29 @@ class Memo:
 
     def __init__(self, eqns: list[Any], graph: Graph, alive: set[int], consts: Mapping[Any, Any]) -> None:
         self.eqns, self.graph, self.alive, self.consts = eqns, graph, alive, consts
-        self.seen: dict[tuple[Any, ...], list[tuple[Sequence[int], Recorder, Runs]]] = {}
+        self.seen: dict[tuple[Any, ...], list[tuple[Sequence[int], Questions, Runs]]] = {}
 
     def replay(self, span: Sequence[int]) -> tuple[tuple[Any, ...], Runs | None]:
         """The span's signature, and its runs when an earlier span is the same (else None)."""
-        key = signature(self.eqns, span, self.alive)
+        key = signature(self.eqns, span)
         for first, recorder, runs in reversed(self.seen.get(key, ())):  # (layer 9 is like layer 8)
             mapped = self._carry(first, recorder, runs, span)
             if mapped is not None:
                 return key, mapped
         return key, None
 
-    def remember(self, key: tuple[Any, ...], span: Sequence[int], recorder: Recorder, runs: Runs) -> None:
+    def remember(self, key: tuple[Any, ...], span: Sequence[int], recorder: Questions, runs: Runs) -> None:
         kept = self.seen.setdefault(key, [])
         if len(kept) < self.LIMIT:
             kept.append((span, recorder, runs))
 
     def _carry(
-        self, first: Sequence[int], recorder: Recorder, runs: Runs, span: Sequence[int]
+        self, first: Sequence[int], recorder: Questions, runs: Runs, span: Sequence[int]
     ) -> Runs | None:
-        same = Correspondence()
-        if not all(same.equations(self.eqns[i], self.eqns[j]) for i, j in zip(first, span)):
+        same, alive, eqns = Correspondence(), self.alive, self.eqns
+        if not all(
+            (i in alive) == (j in alive) and same.equations(eqns[i], eqns[j]) for i, j in zip(first, span)
+        ):
             return None
         if not all(self._same_constant(x, y) for x, y in list(same.forward.items())):
             return None  # (`match` compares a constant of the program a candidate stages by value)
@@ -215,7 +206,7 @@ class Memo:
         except KeyError:  # a value or equation beyond what corresponds
             return None
 
-    def _same_answers(self, recorder: Recorder, same: Correspondence) -> bool:
+    def _same_answers(self, recorder: Questions, same: Correspondence) -> bool:
         graph = self.graph
         for (kind, v), answer in recorder.log.items():
             if kind == "producer":

@@ -21,7 +21,7 @@ from jax.extend.core import DropVar, Literal, Var
 
 from jaxside.render.rules._core import Candidate, Graph, layout
 from jaxside.render.rules.catalogue import catalogued, terminals
-from jaxside.render.rules.fuse_memo import Memo, Recorder
+from jaxside.render.rules.fuse_memo import Memo, Questions
 from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS
 from jaxside.render.rules.known_calls import same_literal, same_params
 
@@ -140,7 +140,7 @@ def fuse(
     program = _Program(eqns, made_by, alive, site, consts)
     runs: dict[int, tuple[Candidate, set[int]]] = {}
     if calls is None:
-        runs = _match_span(program, range(len(eqns)), Recorder(graph, set()), together)
+        runs = _match_span(program, range(len(eqns)), Questions(graph, set()), together)
     else:
         spans: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
@@ -149,7 +149,7 @@ def fuse(
         for span in spans.values():
             key, found = memo.replay(span) if MEMO else ((), None)
             if found is None:
-                recorder = Recorder(graph, {id(eqns[i]) for i in span})
+                recorder = Questions(graph, {id(eqns[i]) for i in span})
                 found = _match_span(program, span, recorder, lambda i, j: calls[i] is calls[j])
                 if MEMO:
                     memo.remember(key, span, recorder, found)
@@ -187,7 +187,7 @@ class _Program(NamedTuple):
 
 
 def _match_span(
-    program: _Program, span: Sequence[int], recorder: Recorder, together: Callable[[int, int], bool]
+    program: _Program, span: Sequence[int], recorder: Questions, together: Callable[[int, int], bool]
 ) -> dict[int, tuple[Candidate, set[int]]]:
     """The runs ending in the equations of `span` (ascending indices, all that may be one run
     with each other): each equation's candidates in turn, from the last equation back.  What it
