@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import MODELS, load_sample
+from test_shapes import hf_causal_lm
 
 from jaxside.render.lower import lower
 from jaxside.render.lower.context import Dataflow
@@ -102,25 +103,7 @@ def test_a_resnet_with_downsampling_branches(monkeypatch):
     assert_memo_is_exact(monkeypatch, model, (torch.randn(2, 3, 16, 16),), [resnet.__file__])
 
 
-class _Logits(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(ids, use_cache=False).logits
-
-
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_transformers_models(monkeypatch, family):
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    if family == "llama":
-        config = transformers.LlamaConfig(
-            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64)
-        model = transformers.LlamaForCausalLM(config).eval()
-    else:
-        config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=3, n_head=4, n_positions=64)
-        model = transformers.GPT2LMHeadModel(config).eval()
-    assert_memo_is_exact(monkeypatch, _Logits(model), (torch.zeros(1, 8, dtype=torch.long),))
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_transformers_models(monkeypatch, kind):
+    model = hf_causal_lm(kind)  # (two layers, no cache)
+    assert_memo_is_exact(monkeypatch, model, (torch.zeros(1, 8, dtype=torch.long),))
