@@ -81,8 +81,9 @@ class Correspondence:
     def bind(self, x: Any, y: Any) -> bool:
         if isinstance(x, Literal) or isinstance(y, Literal):
             return isinstance(x, Literal) and isinstance(y, Literal) and same_literal_bits(x, y)
-        if x in self.forward:
-            return self.forward[x] is y
+        known = self.forward.get(x)
+        if known is not None:
+            return known is y
         if y in self.backward or type(x) is not type(y) or (x is not y and x.aval != y.aval):
             return False
         self.forward[x] = y
@@ -98,17 +99,24 @@ class Correspondence:
         """Whether two equations are the same but for their values, which correspond."""
         if a is None or b is None:
             return a is b
-        if (id(a), id(b)) in self.paired:
+        pair = (id(a), id(b))  # (both are held by the program, so their ids stay theirs)
+        if pair in self.paired:
             return True
-        same = (
-            a.primitive is b.primitive and len(a.invars) == len(b.invars) and len(a.outvars) == len(b.outvars)
-            and a.effects == b.effects and same_params_strictly(a.params, b.params)
-            and all(self.bind(x, y) for x, y in zip(a.outvars, b.outvars))
-            and all(self.bind(x, y) for x, y in zip(a.invars, b.invars))
-        )
-        if same:  # (both are held by the program, so their ids stay theirs)
-            self.paired.add((id(a), id(b)))
-        return same
+        if a.primitive is not b.primitive or len(a.invars) != len(b.invars):
+            return False
+        if len(a.outvars) != len(b.outvars):
+            return False
+        if a.effects != b.effects or not same_params_strictly(a.params, b.params):
+            return False
+        bind = self.bind
+        for x, y in zip(a.outvars, b.outvars):
+            if not bind(x, y):
+                return False
+        for x, y in zip(a.invars, b.invars):
+            if not bind(x, y):
+                return False
+        self.paired.add(pair)
+        return True
 
 
 def same_literal_bits(a: Any, b: Any) -> bool:
@@ -132,7 +140,7 @@ def same_params_strictly(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Equation parameters equal in every key, names included, and of the same types (a pattern
     may write `1` where it read `1`, never `1.0`)."""
     return a is b or (
-        set(a) == set(b) and all(k in RULE_THUNKS or _same_strictly(a[k], b[k]) for k in a)
+        a.keys() == b.keys() and all(k in RULE_THUNKS or _same_strictly(a[k], b[k]) for k in a)
     )
 
 
@@ -193,8 +201,8 @@ class Memo:
             (i in alive) == (j in alive) and same.equations(eqns[i], eqns[j]) for i, j in zip(first, span)
         ):
             return None
-        if not all(self._same_constant(x, y) for x, y in list(same.forward.items())):
-            return None  # (`match` compares a constant of the program a candidate stages by value)
+        if not self._same_constants(same):
+            return None
         try:
             if not self._same_answers(recorder, same):
                 return None
@@ -220,11 +228,13 @@ class Memo:
                 return False
         return all(question(same) == answer for question, answer in recorder.checks)
 
-    def _same_constant(self, x: Any, y: Any) -> bool:
-        if x is y:
-            return True
-        a, b = self.consts.get(x), self.consts.get(y)
-        return _same_value(a, b)
+    def _same_constants(self, same: Correspondence) -> bool:
+        """Whether values that correspond are both constants of the program of the same value, or
+        neither (`match` compares a constant a candidate stages with the program's by value)."""
+        consts, forward, backward = self.consts, same.forward, same.backward
+        return all(
+            _same_value(consts[x], consts.get(forward[x])) for x in consts if x in forward
+        ) and all(consts.get(backward[y]) is not None for y in consts if y in backward)
 
 
 def _same_value(a: Any, b: Any) -> bool:
