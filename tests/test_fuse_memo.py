@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import pytest
 import torch
 import torch.nn as nn
@@ -16,7 +18,7 @@ from test_shapes import hf_causal_lm
 from jaxside.render.lower import lower
 from jaxside.render.lower.context import Dataflow
 from jaxside.render.module import render_program
-from jaxside.render.rules import fuse_memo, fusing
+from jaxside.render.rules import fuse, fuse_memo, fusing
 from jaxside.tracing import Capture
 
 
@@ -65,6 +67,40 @@ def assert_memo_is_exact(monkeypatch: pytest.MonkeyPatch, fn: Any, args: tuple, 
     monkeypatch.setattr(fusing, "MEMO", False)
     assert render_program(lower(base, retrace), source="test") == with_memo
     assert [_fused(t) for t in traces[: len(fused)]] == fused
+
+
+def _fused_both_ways(monkeypatch: pytest.MonkeyPatch, fn: Any, calls: list[Any], site: Any) -> list[str]:
+    """The primitives `fuse` leaves of `fn`'s equations, each of the call `calls` says, with the
+    memo on and off (asserted the same)."""
+    struct = jax.ShapeDtypeStruct((3, 4), jnp.float32)
+    closed = jax.make_jaxpr(fn)(struct, struct)
+    eqns, outvars = list(closed.jaxpr.eqns), list(closed.jaxpr.outvars)
+    fused = {}
+    for memo in (True, False):
+        monkeypatch.setattr(fusing, "MEMO", memo)
+        fused[memo] = [e.primitive.name for e in fuse(eqns, outvars, site=site, calls=calls)]
+    assert fused[True] == fused[False]
+    return fused[True]
+
+
+def test_a_call_like_an_earlier_one_but_for_a_check_beyond_it_is_matched_again(monkeypatch):
+    """The second call's two slices are the first's, but come from two torch lines: no split."""
+    a, b = object(), object()
+    fused = _fused_both_ways(
+        monkeypatch, lambda x, y: (x[:, :2], x[:, 2:], y[:, :2], y[:, 2:]), [a, a, b, b],
+        lambda i: "x.split(2, 1)" if i < 2 else f"line {i}",
+    )
+    assert fused == ["idiom", "slice", "slice", "slice"]
+
+
+def test_a_call_like_an_earlier_one_but_for_a_user_beyond_it_is_matched_again(monkeypatch):
+    """The second call's operand is also sliced by its caller: its slices are not a split."""
+    a, b, caller = object(), object(), object()
+    fused = _fused_both_ways(
+        monkeypatch, lambda x, y: (x[:, :2], x[:, 2:], y[:, :2], y[:, 2:], y[:, 1:3]), [a, a, b, b, caller],
+        lambda i: "x.split(2, 1)",
+    )
+    assert fused == ["idiom", "slice", "slice", "slice", "slice"]
 
 
 def test_llama_sample_with_its_kv_cache(monkeypatch):
