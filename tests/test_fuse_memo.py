@@ -103,6 +103,16 @@ def test_a_call_like_an_earlier_one_but_for_a_user_beyond_it_is_matched_again(mo
     assert fused == ["idiom", "slice", "slice", "slice", "slice"]
 
 
+def test_a_call_of_the_same_primitives_and_types_but_other_parameters_is_matched_again(monkeypatch):
+    """The second call's slices have the first's types, but are strided: no split."""
+    a, b = object(), object()
+    fused = _fused_both_ways(
+        monkeypatch, lambda x, y: (x[:, :2], x[:, 2:], y[:, 0:4:2], y[:, 1:4:2]), [a, a, b, b],
+        lambda i: "x.split(2, 1)",
+    )
+    assert fused == ["idiom", "slice", "slice", "slice"]
+
+
 def test_llama_sample_with_its_kv_cache(monkeypatch):
     llama = load_sample("llama_model")
     config = llama.ModelArgs(block_size=32, vocab_size=64, n_layer=3, n_head=4, n_local_heads=2, dim=32)
