@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import pytest
 import torch
 import torch.nn as nn
-from conftest import MODELS, load_sample
+from conftest import MODELS
+from test_replay import llama_with_cache
 from test_shapes import hf_causal_lm
 
 from jaxside.render.lower import lower
@@ -114,12 +115,8 @@ def test_a_call_of_the_same_primitives_and_types_but_other_parameters_is_matched
 
 
 def test_llama_sample_with_its_kv_cache(monkeypatch):
-    llama = load_sample("llama_model")
-    config = llama.ModelArgs(block_size=32, vocab_size=64, n_layer=3, n_head=4, n_local_heads=2, dim=32)
-    torch.manual_seed(0)
-    model = llama.Transformer(config)
-    model.setup_caches(max_batch_size=1, max_seq_length=config.block_size)
-    assert_memo_is_exact(monkeypatch, model.eval(), (torch.zeros(1, 8, dtype=torch.long), torch.arange(8)))
+    ids, positions = torch.zeros(1, 8, dtype=torch.long), torch.arange(8)
+    assert_memo_is_exact(monkeypatch, llama_with_cache(), (ids, positions))
 
 
 def _load(name: str) -> Any:
