@@ -179,6 +179,8 @@ def fuse(
 
 
 class _Program(NamedTuple):
+    """What matching reads of the whole program (beyond the graph a pattern asks)."""
+
     eqns: list[Any]
     made_by: dict[Any, int]
     alive: set[int]
