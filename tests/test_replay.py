@@ -74,14 +74,19 @@ def exports(fn: Any, args: tuple, watch: list[str] = ()) -> tuple[str, str, int]
     return plain, render_program(lower(base, replaying), source="test"), len(traces)
 
 
-def test_llama_sample_with_its_kv_cache_replays_its_layers(replays):
+def llama_with_cache() -> nn.Module:
+    """The Llama sample at three layers, with its KV cache set up."""
     llama = load_sample("llama_model")
     config = llama.ModelArgs(block_size=32, vocab_size=64, n_layer=3, n_head=4, n_local_heads=2, dim=32)
     torch.manual_seed(0)
     model = llama.Transformer(config)
     model.setup_caches(max_batch_size=1, max_seq_length=config.block_size)
-    model.eval()
-    plain, replayed, retraces = exports(model, (torch.zeros(1, 8, dtype=torch.long), torch.arange(8)))
+    return model.eval()
+
+
+def test_llama_sample_with_its_kv_cache_replays_its_layers(replays):
+    ids, positions = torch.zeros(1, 8, dtype=torch.long), torch.arange(8)
+    plain, replayed, retraces = exports(llama_with_cache(), (ids, positions))
     assert replayed == plain and retraces
     assert replays.call_count > 0
 

@@ -75,8 +75,8 @@ class Dataflow:
         # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
         self.consts = dict(zip(self.jaxpr.constvars, trace.jaxpr.consts))
         progress("jnp idioms")
-        self.eqns = fuse(self.eqns, outvars, lambda i, j: trace.eqn_calls[i] is trace.eqn_calls[j],
-                         lambda i: trace.eqn_sites[i], self.consts)
+        self.eqns = fuse(self.eqns, outvars, site=lambda i: trace.eqn_sites[i], consts=self.consts,
+                         calls=trace.eqn_calls)
         self.live = live_eqns(self.eqns, outvars, self.alias)
         self.uses: dict[Any, list[int]] = {}
         for i in sorted(self.live):

@@ -9,9 +9,9 @@ equations it stages in the program, wired the same way; the run becomes one `idi
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +21,7 @@ from jax.extend.core import DropVar, Literal, Var
 
 from jaxside.render.rules._core import Candidate, Graph, layout
 from jaxside.render.rules.catalogue import catalogued, terminals
+from jaxside.render.rules.fuse_memo import Memo, Questions
 from jaxside.render.rules.idioms import IDIOM, IDIOMS, PATTERNS
 from jaxside.render.rules.known_calls import same_literal, same_params
 
@@ -102,15 +103,23 @@ def same_constant(a: Any, b: Any) -> bool:
     return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
 
 
+MEMO = True
+"""Whether `fuse` matches a repeated call's equations once (`fuse_memo`); off, every call is
+matched (the equivalence tests lower both ways)."""
+
+
 def fuse(
     eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True,
     site: Callable[[int], Any] = lambda i: None, consts: Mapping[Any, Any] = MappingProxyType({}),
+    calls: Sequence[object] | None = None,
 ) -> list[Any]:
     """`eqns` with each run an idiom writes replaced by one `idiom` equation, at the place of the
     first equation making one of its outputs (the run's last, for one output).  The run's other
     equations are left for dead-code elimination: those making another output drop it.
 
     `together(i, j)`: whether equations `i` and `j` may be one run (the lowering: of one call);
+    `calls`, instead: the call each equation is of, runs within one, and a call whose equations
+    repeat an earlier one's is matched once (`fuse_memo`);
     `site(i)`: the source expression equation `i` came from.  The outputs of an idiom with
     several must come from one (`q, k, v = x.split(...)`: two torch lines stay two statements);
     `consts`: the values of the program's constants (an index list a pattern may write as it is)."""
@@ -128,33 +137,24 @@ def fuse(
         return eqns[i] if i is not None else None
 
     graph = Graph(producer, lambda v: [eqns[j] for j in sorted(uses.get(v, ()))], consts.get)
-
+    program = _Program(eqns, made_by, alive, site, consts)
     runs: dict[int, tuple[Candidate, set[int]]] = {}
-    claimed: set[int] = set()
-    for i in range(len(eqns) - 1, -1, -1):
-        eqn = eqns[i]
-        pattern = PATTERNS.get(eqn.primitive.name)
-        listed = eqn.primitive.name in terminals()
-        if pattern is None and not listed or i in claimed or i not in alive or eqn.effects:
-            continue
-        # (the catalogue's whole functions first: `jax.nn.gelu(x)`, not the `x * y` it ends in)
-        proposed = [*(catalogued(eqn, graph) if listed else ()), *(pattern(eqn, graph) if pattern else ())]
-        for found in proposed:
-            candidate = Candidate(*found)
-            operands, outputs = candidate.operands, candidate.outputs or list(eqn.outvars)
-            first = min(made_by[v] for v in outputs)
-            if not all(isinstance(v, Var) and made_by.get(v, -1) < first for v in operands):
-                continue  # (the idiom, at `first`, reads its operands there)
-            if len({site(made_by[v]) for v in outputs}) > 1:
-                continue
-            staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
-            run = None
-            if staged is not None:
-                run = match(staged, i, eqns, made_by, operands, outputs, together, consts)
-            if run is not None:  # runs may share values (one index wrap for two gathers)
-                runs[i] = (candidate, run)
-                claimed |= run
-                break
+    if calls is None:
+        runs = _match_span(program, range(len(eqns)), Questions(graph, set()), together)
+    else:
+        spans: dict[int, list[int]] = {}
+        for i, call in enumerate(calls):
+            spans.setdefault(id(call), []).append(i)
+        memo = Memo(eqns, graph, alive, consts)
+        for span in spans.values():
+            key, found = memo.replay(span) if MEMO else ((), None)
+            if found is None:
+                recorder = Questions(graph, {id(eqns[i]) for i in span})
+                found = _match_span(program, span, recorder, lambda i, j: calls[i] is calls[j])
+                if MEMO:
+                    memo.remember(key, span, recorder, found)
+            runs.update(found)
+        runs = dict(sorted(runs.items(), reverse=True))  # (in the order one walk back finds them)
     changed = True
     while changed:  # a value made inside a run and read outside every run keeps the run apart
         changed = False
@@ -176,6 +176,64 @@ def fuse(
             primitive=primitive, invars=list(candidate.operands), outvars=list(outputs), params=params
         )
     return fused
+
+
+class _Program(NamedTuple):
+    """What matching reads of the whole program (beyond the graph a pattern asks)."""
+
+    eqns: list[Any]
+    made_by: dict[Any, int]
+    alive: set[int]
+    site: Callable[[int], Any]
+    consts: Mapping[Any, Any]
+
+
+def _match_span(
+    program: _Program, span: Sequence[int], recorder: Questions, together: Callable[[int, int], bool]
+) -> dict[int, tuple[Candidate, set[int]]]:
+    """The runs ending in the equations of `span` (ascending indices, all that may be one run
+    with each other): each equation's candidates in turn, from the last equation back.  What it
+    reads beyond the span it asks through `recorder` (`fuse_memo`)."""
+    eqns, made_by, graph = program.eqns, program.made_by, recorder.graph
+    runs: dict[int, tuple[Candidate, set[int]]] = {}
+    claimed: set[int] = set()
+    for i in reversed(span):
+        eqn = eqns[i]
+        pattern = PATTERNS.get(eqn.primitive.name)
+        listed = eqn.primitive.name in terminals()
+        if pattern is None and not listed or i in claimed or i not in program.alive or eqn.effects:
+            continue
+        # (the catalogue's whole functions first: `jax.nn.gelu(x)`, not the `x * y` it ends in)
+        proposed = [*(catalogued(eqn, graph) if listed else ()), *(pattern(eqn, graph) if pattern else ())]
+        for found in proposed:
+            candidate = Candidate(*found)
+            operands, outputs = candidate.operands, candidate.outputs or list(eqn.outvars)
+            if not recorder.check(functools.partial(_placed, made_by, operands, outputs)):
+                continue  # (the idiom, at its first output, reads its operands there)
+            if not recorder.check(functools.partial(_one_site, program, outputs)):
+                continue
+            staged = _stage(candidate.code, tuple(_aval_key(v) for v in operands))
+            run = None
+            if staged is not None:
+                run = match(staged, i, eqns, made_by, operands, outputs, together, program.consts)
+            if run is not None:  # runs may share values (one index wrap for two gathers)
+                runs[i] = (candidate, run)
+                claimed |= run
+                break
+    return runs
+
+
+def _placed(
+    made_by: dict[Any, int], operands: list[Any], outputs: list[Any], same: Callable[[Any], Any]
+) -> bool:
+    """Whether every operand is a value made before the first output is."""
+    first = min(made_by[same(v)] for v in outputs)
+    return all(isinstance(v, Var) and made_by.get(v, -1) < first for v in map(same, operands))
+
+
+def _one_site(program: _Program, outputs: list[Any], same: Callable[[Any], Any]) -> bool:
+    """Whether the outputs come from one torch expression."""
+    return len({program.site(program.made_by[same(v)]) for v in outputs}) <= 1
 
 
 _LIVE_COUNTS: dict[int, tuple[Any, int]] = {}
