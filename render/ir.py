@@ -35,6 +35,11 @@ class Fold:
     site: Site | None
     call: Call | None = None
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Fold:
+        """A copy sharing the trace's site and call (the trace is never changed): copying the call
+        copied its whole subtree, once per expression copied, quadratic in the model's depth."""
+        return Fold(self.name, list(self.eqns), self.site, self.call)
+
 
 def fold(node: ast.expr, record: Fold) -> ast.expr:
     """`node`, marked as folded (the mark survives `copy.deepcopy`)."""
