@@ -109,17 +109,16 @@ matched (the equivalence tests lower both ways)."""
 
 
 def fuse(
-    eqns: list[Any], outvars: list[Any], together: Callable[[int, int], bool] = lambda i, j: True,
-    site: Callable[[int], Any] = lambda i: None, consts: Mapping[Any, Any] = MappingProxyType({}),
-    calls: Sequence[object] | None = None,
+    eqns: list[Any], outvars: list[Any], site: Callable[[int], Any] = lambda i: None,
+    consts: Mapping[Any, Any] = MappingProxyType({}), calls: Sequence[object] | None = None,
 ) -> list[Any]:
     """`eqns` with each run an idiom writes replaced by one `idiom` equation, at the place of the
     first equation making one of its outputs (the run's last, for one output).  The run's other
     equations are left for dead-code elimination: those making another output drop it.
 
-    `together(i, j)`: whether equations `i` and `j` may be one run (the lowering: of one call);
-    `calls`, instead: the call each equation is of, runs within one, and a call whose equations
-    repeat an earlier one's is matched once (`fuse_memo`);
+    `calls`: the call each equation is of (the lowering's), runs within one, and a call whose
+    equations repeat an earlier one's is matched once (`fuse_memo`); without, any equations may
+    be one run;
     `site(i)`: the source expression equation `i` came from.  The outputs of an idiom with
     several must come from one (`q, k, v = x.split(...)`: two torch lines stay two statements);
     `consts`: the values of the program's constants (an index list a pattern may write as it is)."""
@@ -140,7 +139,7 @@ def fuse(
     program = _Program(eqns, made_by, alive, site, consts)
     runs: dict[int, tuple[Candidate, set[int]]] = {}
     if calls is None:
-        runs = _match_span(program, range(len(eqns)), Questions(graph, set()), together)
+        runs = _match_span(program, range(len(eqns)), Questions(graph, set()), lambda i, j: True)
     else:
         spans: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
