@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,6 +42,22 @@ _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                  "_global_backward_pre_hooks")
+
+
+class _Hooked:
+    """A module's own `__call__`, run with the frame hook `hook` (None: there is none to turn on)."""
+
+    def __init__(self, original: Callable[..., Any], hook: Any) -> None:
+        self.original, self.hook = original, hook
+
+    def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self.hook is None:
+            return self.original(module, *args, **kwargs)
+        sys.settrace(self.hook)
+        try:
+            return self.original(module, *args, **kwargs)
+        finally:
+            sys.settrace(None)
 
 
 @dataclass
@@ -103,6 +120,19 @@ class Replayer:
             nested = self.recording[-1]
             nested[id(module)] = nested.get(id(module), 0) + 1
             return original(module, *args, **kwargs)
+        # The replayer's own work runs with the frame hook off: under settrace (3.11) the hook is
+        # called for every frame, doubling the cost of what runs here, and none of it is the
+        # user's (a full run does not run it at all). The module's own code runs with it on.
+        hook = sys.gettrace()
+        if hook is not None:
+            sys.settrace(None)
+        try:
+            return self._call(_Hooked(original, hook), module, occurrence, args, kwargs)
+        finally:
+            if hook is not None:
+                sys.settrace(hook)
+
+    def _call(self, original: _Hooked, module: torch.nn.Module, occurrence: int, args: Any, kwargs: Any) -> Any:
         trace = _internals.current_trace(getattr(self.probe, "frame", None))  # (`_probe.Probe`'s)
         seen = self._seen(module, occurrence, args, kwargs, trace)
         if seen is None:
