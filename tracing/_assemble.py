@@ -9,6 +9,8 @@ changed afterwards.
 from __future__ import annotations
 
 import bisect
+import collections
+import functools
 import keyword
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -95,9 +97,13 @@ def _places(
     sites: list[Site | None] = []
     user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
     by_traceback: dict[int, Site | None] = {}  # equations a retrace replayed share their template's
+    position = 0
     for eqn in jaxpr.eqns:
-        previous = positions[-1] if positions else 0
-        positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
+        for var in eqn.outvars:  # the first the capture saw emitted; else the place of the one before
+            if (found := emitted_index.get(var)) is not None:
+                position = found
+                break
+        positions.append(position)
         traceback = id(_internals.traceback_of(eqn))
         if traceback not in by_traceback:
             by_traceback[traceback] = _innermost_user_site(eqn, is_user_file, user_code, sources)
@@ -132,6 +138,8 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     the children of torch's containers among them (`downsample.1.eps`); never tensors or bools."""
     found: dict[str, Any] = {}
     for name, value in vars(receiver).items():
+        if type(value) in _NO_NUMBERS:
+            continue
         if is_number(value):
             found[name] = value
         elif not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
@@ -147,6 +155,11 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     return {path: v for path, v in found.items() if _nameable(path)}
 
 
+_NO_NUMBERS = frozenset({bool, str, type(None), dict, collections.OrderedDict, set, frozenset})
+"""Types whose values are no number and keep none by attribute (a module's own `_parameters`,
+`_forward_hooks`, `training`, ...): passed over without asking."""
+
+
 def _numbers_below(path: str, module: torch.nn.Module, depth: int) -> dict[str, Any]:
     """A child's numbers (`ln_1.eps`) and, where it is torch's own module, its children's, which
     its code reads out of sight (`downsample.1.eps` of a `Sequential(conv, norm)`), `depth` deep."""
@@ -158,6 +171,7 @@ def _numbers_below(path: str, module: torch.nn.Module, depth: int) -> dict[str, 
     return found
 
 
+@functools.lru_cache(maxsize=4096)  # the same attribute paths in every layer
 def _nameable(path: str) -> bool:
     """Attribute names, and ASCII positions of numbered children before the last (`0.eps`)."""
     *parents, last = path.split(".")
