@@ -77,6 +77,8 @@ class _Template:
     """A recorded call, to replay."""
 
     eqns: list[Any]
+    reads: list[list[tuple[bool, Any]]]
+    """Each equation's inputs: `(True, tracer)` a literal's, as it is; `(False, var)` a value's."""
     sources: dict[Any, list[tuple[str, Any]]]
     """Each outside input var -> where the call had it: `("arg", leaf index)`, `("state", name)`."""
     outputs: list[tuple[str, Any]]
@@ -236,17 +238,20 @@ class Replayer:
         if any(r.raised or not _receivers_in(r, call.paths) for r in records):
             return None
         _, spec = torch_pytree.tree_flatten(out)
-        return _Template(eqns, sources, outputs, spec, mutated, list(records), start, call.paths, resolved)
+        reads = [
+            [(True, t) if _internals.is_literal_tracer(t) else (False, t.val) for t in _internals.equation_inputs(eqn)]
+            for eqn in eqns
+        ]
+        return _Template(eqns, reads, sources, outputs, spec, mutated, list(records), start, call.paths, resolved)
 
     def _replay(self, template: _Template, call: _Call, trace: Any) -> Any:
         """The template's equations emitted on this call's inputs; its state updated; its value."""
         env = _inputs(template, call)
         start = self.probe.watermark()
-        for eqn in template.eqns:
-            inputs = [
-                t if _internals.is_literal_tracer(t) else env[t.val] for t in _internals.equation_inputs(eqn)
-            ]
-            env.update(zip(eqn.outvars, _internals.emit_like(trace, eqn, inputs)))
+        emit_like = _internals.emit_like
+        for eqn, reads in zip(template.eqns, template.reads):
+            inputs = [read if literal else env[read] for literal, read in reads]
+            env.update(zip(eqn.outvars, emit_like(trace, eqn, inputs)))
         state = dict(call.state)
         for name, var in template.mutated:
             _internals.set_jax_value(state[name], env[var])
