@@ -215,7 +215,7 @@ def _holds(call: Call, spans: dict[Any, Any]) -> bool:
         return True
     start, end = spans[id(call)]
     starts, ends, _ = _layout(call, spans)
-    return start <= min(starts) and max(ends) <= end
+    return bool(start <= min(starts) and max(ends) <= end)
 
 
 def _innermost_calls(root: Call, positions: list[int], spans: dict[Any, Any]) -> list[Call]:
@@ -300,8 +300,8 @@ def _dataflow(root: Call, jaxpr: Any, eqn_calls: list[Call]) -> None:
     made_here: dict[int, list[Any]] = {id(call): [] for call in calls}
     for index, eqn in enumerate(jaxpr.eqns):
         for var in eqn.outvars:
-            depth = above.get(var)
-            scope = eqn_calls[index] if depth is not None else None
+            depth = above.get(var, len(depths))  # (read nowhere outside the call that made it)
+            scope = eqn_calls[index]
             while scope is not None and depths[id(scope)] > depth:
                 made_here[id(scope)].append(var)
                 scope = parents[id(scope)]

@@ -50,8 +50,8 @@ class Repeats:
             counts = self._counts[function] = {}
             if len(self.by_function.get(function, ())) > 1:
                 for call in self.by_function[function]:
-                    kind = self._kind(call)
-                    counts[kind] = counts.get(kind, 0) + 1
+                    alike = self._kind(call)
+                    counts[alike] = counts.get(alike, 0) + 1
         kind = self._kind(calls[occurrence]) if counts else None
         return kind if kind is not None and counts.get(kind, 0) > 1 else None
 

@@ -134,7 +134,9 @@ class Replayer:
             if hook is not None:
                 sys.settrace(hook)
 
-    def _call(self, original: _Hooked, module: torch.nn.Module, occurrence: int, args: Any, kwargs: Any) -> Any:
+    def _call(
+        self, original: _Hooked, module: torch.nn.Module, occurrence: int, args: Any, kwargs: Any
+    ) -> Any:
         trace = _internals.current_trace(getattr(self.probe, "frame", None))  # (`_probe.Probe`'s)
         seen = self._seen(module, occurrence, args, kwargs, trace)
         if seen is None:
@@ -239,10 +241,12 @@ class Replayer:
             return None
         _, spec = torch_pytree.tree_flatten(out)
         reads = [
-            [(True, t) if _internals.is_literal_tracer(t) else (False, t.val) for t in _internals.equation_inputs(eqn)]
-            for eqn in eqns
+            [(True, t) if _internals.is_literal_tracer(t) else (False, t.val) for t in inputs]
+            for inputs in map(_internals.equation_inputs, eqns)
         ]
-        return _Template(eqns, reads, sources, outputs, spec, mutated, list(records), start, call.paths, resolved)
+        return _Template(
+            eqns, reads, sources, outputs, spec, mutated, list(records), start, call.paths, resolved
+        )
 
     def _replay(self, template: _Template, call: _Call, trace: Any) -> Any:
         """The template's equations emitted on this call's inputs; its state updated; its value."""

@@ -198,8 +198,10 @@ def tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tens
     """Plain tensor attributes (not params or buffers) such as a precomputed RoPE table."""
     tensor, parameter = torch.Tensor, torch.nn.Parameter
     for path, sub in module.named_modules(remove_duplicate=False):
-        found = [(a, v) for a, v in vars(sub).items() if isinstance(v, tensor) and not isinstance(v, parameter)]
+        found = [(a, v) for a, v in vars(sub).items() if isinstance(v, tensor)]  # (few are: a list first)
         for attr, value in found:
+            if isinstance(value, parameter):
+                continue
             yield (f"{path}.{attr}" if path else attr), value
 
 

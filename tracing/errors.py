@@ -74,7 +74,8 @@ class OutputError(CaptureError):
 
 
 def make_jaxpr_classified(
-    traced: Callable[..., Any], inputs: list[Any], is_user_file: Callable[[str], bool], *, filtered: bool = True
+    traced: Callable[..., Any], inputs: list[Any], is_user_file: Callable[[str], bool], *,
+    filtered: bool = True,
 ) -> Any:
     """`jax.make_jaxpr(traced)(*inputs)`, failures tracing can explain raised as `CaptureError`s.
 
@@ -95,7 +96,7 @@ def make_jaxpr_classified(
 
 @contextlib.contextmanager
 def _jax_frames_kept(kept: bool) -> Iterator[None]:
-    previous = jax.config.jax_traceback_filtering
+    previous = jax.config.values["jax_traceback_filtering"]
     if kept and previous != "off":
         jax.config.update("jax_traceback_filtering", "off")
     try:
