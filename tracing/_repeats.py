@@ -105,6 +105,11 @@ class Repeats:
         """A param as something to compare: plain values as they are, jaxprs by their text, other
         objects by their type (the rule a primitive stages per call, `custom_jvp_call`'s, is a new
         object each time; the params a replay emits are the template's own)."""
+        kind = type(value)
+        if kind in _PLAIN:
+            return value
+        if isinstance(value, tuple) and kind is tuple and all(type(item) in _PLAIN for item in value):
+            return value
         if isinstance(value, (bool, int, float, str, type(None), np.dtype, enum.Enum)):
             return value
         if isinstance(value, tuple):
@@ -115,6 +120,10 @@ class Repeats:
                 text = self._jaxprs[id(value)] = str(value)
             return text
         return type(value).__qualname__
+
+
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+"""Params compared as they are, by exact type (`_param` asks no more of them)."""
 
 
 def _runs(call: Call, code: CodeType) -> bool:
