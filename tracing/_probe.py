@@ -87,7 +87,7 @@ class LibraryCalls(torch.overrides.TorchFunctionMode):
         while self._replaced:
             cls, name, method = self._replaced.pop()
             setattr(cls, name, method)
-        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]  # torch leaves it untyped
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
