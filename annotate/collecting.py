@@ -58,11 +58,12 @@ _callers: list[tuple[int, int, int]] = []
 
 @contextlib.contextmanager
 def collection() -> Iterator[None]:
-    """The run's collection settings; what `settle` froze is unfrozen and the thresholds put
-    back after it."""
+    """The run's collection settings (when it may freeze: nothing frozen beyond `FROZEN_BEFORE`);
+    what `settle` froze is unfrozen and the thresholds put back after it."""
     thresholds = gc.get_threshold()
-    gc.set_threshold(max(YOUNG, thresholds[0]), NEVER, NEVER)
     _runs.append(gc.get_freeze_count() <= FROZEN_BEFORE if not _runs else _runs[-1])
+    if _runs[-1]:  # else nothing is frozen, and collections run as the caller has them
+        gc.set_threshold(max(YOUNG, thresholds[0]), NEVER, NEVER)
     _callers.append(thresholds)
     try:
         yield

@@ -91,7 +91,7 @@ def test_python_s_own_frozen_objects_do_not_stop_a_run_from_freezing():
 
 
 def test_nothing_is_frozen_outside_a_run_and_a_caller_s_frozen_objects_stay_so():
-    before = gc.get_freeze_count()
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     settle()
     assert gc.get_freeze_count() == before
     theirs = Node()
@@ -103,6 +103,7 @@ def test_nothing_is_frozen_outside_a_run_and_a_caller_s_frozen_objects_stay_so()
                 settle()
             settle()
             assert gc.get_freeze_count() == frozen and theirs.me is theirs
+            assert gc.get_threshold() == thresholds  # nothing frozen: collected as the caller does
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
