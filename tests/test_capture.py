@@ -176,3 +176,17 @@ def test_torchax_s_own_methods_run_with_the_settrace_hook_paused(monkeypatch):
     assert seen == [None]  # called once, from user code, with no hook running
     assert _internals.TorchaxTensor.flatten is flatten  # put back
     assert "flat" in {o.name for o in trace.origins.values()}
+
+
+def _doubled(array):
+    twice = array * 2  # JAX code of the user's, run by torchax's `apply_jax`
+    return twice
+
+
+def _applies(x):
+    return x.apply_jax(_doubled) + 1
+
+
+def test_a_torchax_method_handed_a_user_callable_keeps_the_hook_on():
+    trace = Capture(backend="settrace")(_applies, torch.ones(3))
+    assert [child.function for child in trace.root.children] == ["_doubled"]

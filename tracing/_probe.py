@@ -93,9 +93,12 @@ class LibraryCalls(torch.overrides.TorchFunctionMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
-        if not _LIBRARY_TENSORS.issuperset(types) or _passes_callable(args, kwargs):
+        if not _LIBRARY_TENSORS.issuperset(types):
             return func(*args, **kwargs)
-        self.pause()
+        self.pause()  # before the arguments are looked at: that is library work too
+        if _passes_callable(args, kwargs):
+            self.resume()
+            return func(*args, **kwargs)
         try:
             return func(*args, **kwargs)
         finally:
@@ -110,9 +113,12 @@ def _paused(
 
     @functools.wraps(method)
     def paused(*args: Any, **kwargs: Any) -> Any:
-        if sys.gettrace() is not hook or _passes_callable(args, kwargs):
+        if sys.gettrace() is not hook:
             return method(*args, **kwargs)
         pause()
+        if _passes_callable(args, kwargs):
+            resume()
+            return method(*args, **kwargs)
         try:
             return method(*args, **kwargs)
         finally:
