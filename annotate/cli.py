@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from jaxside.annotate import interrupts
-from jaxside.annotate.collecting import collection, leave, settle
+from jaxside.annotate.collecting import attempt, collection, leave, settle
 from jaxside.annotate.command import add_common, run_command
 from jaxside.annotate.errors import Failure, UserCodeRaised, UserFiles
 from jaxside.annotate.files import imported_beside, resolve_watch
@@ -186,7 +186,7 @@ def _annotate(options: Options, user_files: UserFiles, status: Status) -> int:
             again = Capture(
                 watch=watch, abstract=options.abstract, resize=resize, progress=status.progress, like=trace
             )
-            with stdout_to_stderr(), quiet():
+            with stdout_to_stderr(), quiet(), attempt():
                 return again(entry.fn, *entry.args, **entry.kwargs)
         retrace = announced(retrace, status, trace)
     with quiet():

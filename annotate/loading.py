@@ -79,14 +79,32 @@ def isolated() -> Iterator[None]:
         _torch_state.restore(settings)
         _process_state.restore(process)
         added = tuple(str(Path(p).resolve()) + os.sep for p in sys.path if p not in path)
+        resolved = _Resolved()
         for name, module in list(sys.modules.items()):
             if modules.get(name) is module:
                 continue
             if name in modules:
                 sys.modules[name] = modules[name]
-            elif added and str(Path(getattr(module, "__file__", None) or "/").resolve()).startswith(added):
+            elif added and resolved(getattr(module, "__file__", None) or "/").startswith(added):
                 del sys.modules[name]
         sys.path[:] = path
+
+
+class _Resolved:
+    """`str(Path(file).resolve())`, each directory resolved once: a run imports torch and jax, a
+    thousand modules in a hundred directories, and resolving a path stats each of its parts."""
+
+    def __init__(self) -> None:
+        self.directories: dict[str, str] = {}
+
+    def __call__(self, file: str) -> str:
+        path = file if os.path.isabs(file) else os.path.join(os.getcwd(), file)  # `..` kept: links first
+        directory, name = os.path.split(path)
+        if not name or name in (".", "..") or os.path.islink(path):
+            return str(Path(file).resolve())
+        if directory not in self.directories:
+            self.directories[directory] = str(Path(directory).resolve())
+        return os.path.join(self.directories[directory], name)
 
 
 STDIN = "-"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxside.annotate import files
+from jaxside.annotate.collecting import ordinary
 from jaxside.annotate.errors import EXIT_OK, Failure
 from jaxside.annotate.options import MAIN, Options
 from jaxside.annotate.output import Guard, Say, check_target, emit, refuse_link_loop, stdout_to_stderr, write
@@ -148,7 +149,7 @@ def run_export(options: Options, program: Any, entry: Any, say: Say) -> int:
     from jaxside.annotate.check_modules import runner
 
     unwritten = "" if module.export else "; not written: --export -o PATH keeps it"
-    with stdout_to_stderr():  # torch eager runs the user's code again
+    with stdout_to_stderr(), ordinary():  # torch eager runs the user's code again, on real numbers
         report = check_export(load_module(text), program, entry, rtol=module.rtol, atol=module.atol,
                               note=unwritten, show=lambda line: print(line, file=sys.stderr),
                               run=runner(module.style))

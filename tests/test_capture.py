@@ -150,3 +150,43 @@ def test_capture_records_with_sys_monitoring_where_python_has_it():
         assert settrace is None and "jaxside" in tools
     else:
         assert settrace is not None
+
+
+def _write_into(cache, pos, value):
+    cache[:, pos] = value  # torchax's own `__setitem__`: hundreds of JAX indexing frames
+    flat = cache.flatten()
+    return flat.type_as(value) * 2
+
+
+def test_torchax_s_own_methods_run_with_the_settrace_hook_paused(monkeypatch):
+    """`Tensor.__setitem__`, `flatten`, `type_as` are methods torchax defines in Python, which no
+    torch function mode sees: under settrace they run paused, like the ops, and the user's line
+    is still recorded."""
+    from jaxside.tracing import _internals
+
+    seen = []
+    original = _internals.TorchaxTensor.flatten
+
+    def flatten(self, *args, **kwargs):
+        seen.append(sys.gettrace())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_internals.TorchaxTensor, "flatten", flatten)
+    trace = Capture(backend="settrace")(_write_into, torch.zeros(2, 3), torch.tensor(1), torch.ones(2))
+    assert seen == [None]  # called once, from user code, with no hook running
+    assert _internals.TorchaxTensor.flatten is flatten  # put back
+    assert "flat" in {o.name for o in trace.origins.values()}
+
+
+def _doubled(array):
+    twice = array * 2  # JAX code of the user's, run by torchax's `apply_jax`
+    return twice
+
+
+def _applies(x):
+    return x.apply_jax(_doubled) + 1
+
+
+def test_a_torchax_method_handed_a_user_callable_keeps_the_hook_on():
+    trace = Capture(backend="settrace")(_applies, torch.ones(3))
+    assert [child.function for child in trace.root.children] == ["_doubled"]

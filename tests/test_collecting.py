@@ -11,7 +11,7 @@ import weakref
 
 from conftest import ROOT
 
-from jaxside.annotate.collecting import FROZEN_BEFORE, YOUNG, collection, settle
+from jaxside.annotate.collecting import FROZEN_BEFORE, NEVER, YOUNG, attempt, collection, ordinary, settle
 
 
 class Node:
@@ -24,7 +24,7 @@ class Node:
 def test_a_run_freezes_what_each_phase_built_and_puts_everything_back():
     before = gc.get_threshold()
     with collection():
-        assert gc.get_threshold()[0] == max(YOUNG, before[0])
+        assert gc.get_threshold() == (max(YOUNG, before[0]), NEVER, NEVER)
         kept = [Node() for _ in range(100)]
         settle()
         frozen = gc.get_freeze_count()
@@ -36,13 +36,50 @@ def test_a_run_freezes_what_each_phase_built_and_puts_everything_back():
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
 
-def test_a_phase_collects_its_cycles_before_freezing_what_it_keeps():
+def test_a_phase_s_objects_are_frozen_unwalked_and_its_dropped_cycles_freed_when_the_run_ends():
     with collection():
         gone = weakref.ref(Node())  # garbage once made: a cycle nothing refers to
         kept = Node()
+        collections = gc.get_stats()
+        settle()
+        assert gc.get_stats() == collections  # nothing walked
+        assert gone() is not None and gc.is_tracked(kept) and gc.get_freeze_count() > 0
+    gc.collect()
+    assert gone() is None
+
+
+def test_what_a_phase_that_raised_made_is_collected_before_the_next_freeze():
+    with collection():
+        settle()
+        try:
+            with attempt():
+                failed = Node()
+                gone = weakref.ref(failed)
+                raise ValueError(failed)  # its traceback's frame holds `failed`
+        except ValueError:
+            pass
+        del failed
         assert gone() is not None
         settle()
-        assert gone() is None and gc.is_tracked(kept) and gc.get_freeze_count() > 0
+        assert gone() is None
+        with attempt():  # a phase that did not raise: frozen as it is
+            dropped = weakref.ref(Node())
+        settle()
+        assert dropped() is not None
+    gc.collect()
+    assert dropped() is None
+
+
+def test_work_on_real_numbers_is_collected_as_outside_a_run():
+    before = gc.get_threshold()
+    with collection():
+        settle()
+        gone = weakref.ref(Node())
+        with ordinary():
+            assert gone() is None and gc.get_threshold() == before
+        assert gc.get_threshold() == (max(YOUNG, before[0]), NEVER, NEVER)
+    with ordinary():  # outside a run: nothing changes
+        assert gc.get_threshold() == before
 
 
 def test_python_s_own_frozen_objects_do_not_stop_a_run_from_freezing():
@@ -54,7 +91,7 @@ def test_python_s_own_frozen_objects_do_not_stop_a_run_from_freezing():
 
 
 def test_nothing_is_frozen_outside_a_run_and_a_caller_s_frozen_objects_stay_so():
-    before = gc.get_freeze_count()
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     settle()
     assert gc.get_freeze_count() == before
     theirs = Node()
@@ -66,6 +103,7 @@ def test_nothing_is_frozen_outside_a_run_and_a_caller_s_frozen_objects_stay_so()
                 settle()
             settle()
             assert gc.get_freeze_count() == frozen and theirs.me is theirs
+            assert gc.get_threshold() == thresholds  # nothing frozen: collected as the caller does
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()

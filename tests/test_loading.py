@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from jaxside.annotate.errors import Failure
-from jaxside.annotate.loading import find_entry, isolated, load_file
+from jaxside.annotate.loading import _Resolved, find_entry, isolated, load_file
 
 
 def write(path: Path, source: str) -> Path:
@@ -138,3 +138,24 @@ def test_abstract_builds_everything_on_the_meta_device(tmp_path):
         entry = find_entry(load_file(str(file)), options(file), abstract=True)
     assert entry.fn.weight.device.type == "meta" and entry.args[0].device.type == "meta"
     assert torch.zeros(1).device.type == "cpu"
+
+
+def test_module_files_resolve_as_pathlib_does_through_linked_files_and_directories(tmp_path, monkeypatch):
+    """`isolated` resolves each imported module's file once per directory: the same answers as
+    `Path.resolve`, links to files and directories included."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "mod.py").write_text("")
+    (tmp_path / "linked_dir").symlink_to(real)
+    (tmp_path / "linked_file.py").symlink_to(real / "mod.py")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "deeper").symlink_to(real)  # its `..` is tmp_path, not elsewhere
+    monkeypatch.chdir(tmp_path)
+    resolved = _Resolved()
+    files = [str(real / "mod.py"), str(tmp_path / "linked_dir" / "mod.py"), str(tmp_path / "linked_file.py"),
+             "linked_dir/mod.py", "real/../linked_file.py", "elsewhere/deeper/../real/mod.py",
+             str(tmp_path / "elsewhere" / "deeper" / ".." / "mod.py"), "/", str(tmp_path) + "/",
+             str(tmp_path / "missing" / "x.py")]
+    for file in files * 2:  # the second time from what was kept
+        assert resolved(file) == str(Path(file).resolve()), file
+    assert resolved(str(tmp_path / "linked_dir" / "mod.py")) == str(real / "mod.py")

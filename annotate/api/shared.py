@@ -49,7 +49,7 @@ def trace_entry(
     """Trace ``fn(*args, **kwargs)`` as ``annotate`` does with `options` (`watch`, `abstract`,
     sizes generic unless `static_shapes` when it exports or checks) and lower it once. The
     user's exceptions propagate as they are; the engines' warnings are kept quiet."""
-    from jaxside.annotate.collecting import collection, settle
+    from jaxside.annotate.collecting import attempt, collection, settle
     from jaxside.annotate.files import resolve_watch
     from jaxside.annotate.loading import Entry
     from jaxside.render.lower import lower
@@ -64,7 +64,7 @@ def trace_entry(
         if options.jax.generic:
             def retrace(resize: Any) -> Any:
                 settle()
-                with quiet():
+                with quiet(), attempt():
                     again = Capture(watch=watch, abstract=options.abstract, resize=resize, like=trace)
                     return again(fn, *args, **kwargs)
         settle()
