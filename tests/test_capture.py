@@ -178,15 +178,15 @@ def test_torchax_s_own_methods_run_with_the_settrace_hook_paused(monkeypatch):
     assert "flat" in {o.name for o in trace.origins.values()}
 
 
-def _doubled(array):
+def _twice(array):
     twice = array * 2  # JAX code of the user's, run by torchax's `apply_jax`
     return twice
 
 
 def _applies(x):
-    return x.apply_jax(_doubled) + 1
+    return x.apply_jax(_twice) + 1
 
 
 def test_a_torchax_method_handed_a_user_callable_keeps_the_hook_on():
     trace = Capture(backend="settrace")(_applies, torch.ones(3))
-    assert [child.function for child in trace.root.children] == ["_doubled"]
+    assert [child.function for child in trace.root.children] == ["_twice"]
