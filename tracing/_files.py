@@ -58,8 +58,8 @@ def user_files(fn: Any, module: torch.nn.Module | None, watch: Iterable[Any]) ->
     if code is not None:
         files.add(code.co_filename)
     if module is not None:
-        for sub in module.modules():
-            files.update(_class_files(type(sub)))
+        for cls in dict.fromkeys(type(sub) for sub in module.modules()):  # 80 layers, one class
+            files.update(_class_files(cls))
     for item in watch:
         module_obj = sys.modules.get(str(item))
         path = Path(module_obj.__file__ if module_obj is not None and module_obj.__file__ else item)
