@@ -1,6 +1,8 @@
 """``--style nnx``: Flax NNX modules. Parameters are `nnx.Param`s, buffers the torch code only reads
 `nnx.Variable`s, buffers it writes (KV caches) `nnx.Cache`s written in place (`self.k_cache[...] = k_out`);
-torch Linear and Embedding modules are `nnx.Linear` (kernel (in, out)) and `nnx.Embed`."""
+parameters torch froze (`requires_grad=False`) `FrozenParam`s, an `nnx.Variable` of the module's own, so
+`nnx.grad` differentiates what torch does. torch Linear and Embedding modules are `nnx.Linear` (kernel
+(in, out)) and `nnx.Embed`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,12 @@ from jaxside.render.styles.tree import Klass, Tree, kept_flags
 
 __all__ = ["Nnx"]
 
-_VARIABLES = {"param": "nnx.Param", "buffer": "nnx.Variable", "state": "nnx.Cache"}
+_VARIABLES = {"param": "nnx.Param", "frozen": "FrozenParam", "buffer": "nnx.Variable", "state": "nnx.Cache"}
+
+_FROZEN = '''class FrozenParam(nnx.Variable):
+    """A torch parameter with `requires_grad=False`: no `nnx.Param`, so `nnx.grad` (which
+    differentiates `nnx.Param`s) and `nnx.Optimizer` leave it alone, as torch does."""'''
+
 
 _LAYERS = {
     "linear": '''def _linear_layer(tensors, path):
@@ -91,6 +98,17 @@ class Nnx:
 
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return [_LAYERS[kind] for kind in sorted(kinds)]
+
+    def variables(self, kinds: set[str]) -> list[str]:
+        return [_FROZEN] if "frozen" in kinds else []
+
+    def gradients(self, held: set[str], read: set[str]) -> str | None:
+        kept = (["the buffers the torch code only reads are `nnx.Variable`s"] if "buffer" in held else []) + (
+            ["the parameters torch froze (`requires_grad=False`) `FrozenParam`s"] if "frozen" in held else [])
+        if not kept:
+            return None
+        return ("Gradients are torch's: " + " and ".join(kept) + ", which `nnx.grad` does not differentiate "
+                "(it takes `nnx.Param`s).")
 
     def leaf(self, kind: str, value: str) -> str:
         return value
