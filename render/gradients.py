@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxside.render.ir import Function, Program, named
 from jaxside.render.names import is_index
 
-__all__ = ["Stops", "gradients_paragraph", "no_gradient", "stop_gradients"]
+__all__ = ["Stops", "gradients_paragraph", "no_gradient", "stop_gradients", "unstopped_sentence"]
 
 _METADATA = frozenset({"shape", "dtype", "ndim", "size"})
 """Attributes read of an array that no gradient flows through (`params["w"].shape[0]`)."""
@@ -185,14 +185,21 @@ def gradients_paragraph(stops: Stops, frozen: frozenset[str]) -> str | None:
         [f"the parameters torch froze with `requires_grad=False` ({params})"] if params else [])
     text = ("Gradients are torch's: " + " and ".join(parts) + " are read through `lax.stop_gradient`, so "
             "`jax.grad` gives them zeros where torch gives no gradient." if parts else "")
-    if stops.mixed:
-        text += (" Frozen parameters read by a def that other calls run on trained ones "
-                 f"({_shown(stops.mixed)}) are not stopped: `jax.grad` gives them gradients; mask those to "
-                 "train as torch does.")
-    return text.strip()
+    return " ".join(filter(None, [text, unstopped_sentence(stops.mixed, "a def", "`jax.grad`")]))
 
 
-def _shown(paths: set[str], most: int = 3) -> str:
-    """`blocks.*.scale` for the scale of every block, the first few, sorted."""
-    patterns = sorted({".".join("*" if is_index(p) else p for p in path.split(".")) for path in paths})
+def unstopped_sentence(paths: set[str], shared: str, grad: str) -> str:
+    """What the docstring says of frozen parameters the code shared with trained ones cannot stop
+    (`shared`: "a def", "a class"; `grad`: the framework's gradient), or "" when there are none."""
+    if not paths:
+        return ""
+    shown = _shown(paths, exact=True)
+    return (f"The parameters torch froze in some instances of {shared} and not in others ({shown}) "
+            f"are differentiated by {grad} as the others are: mask their gradients to train as torch does.")
+
+
+def _shown(paths: set[str], most: int = 3, exact: bool = False) -> str:
+    """`blocks.*.scale` for the scale of every block (`exact`: each path as it is), the first few."""
+    patterns = sorted(paths if exact else {".".join("*" if is_index(p) else p for p in path.split("."))
+                                           for path in paths})
     return ", ".join(f"`{p}`" for p in patterns[:most]) + (", ..." if len(patterns) > most else "")

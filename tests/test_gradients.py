@@ -105,6 +105,30 @@ FROZEN = ("embed.weight",)
 BUFFERS = ["table", "blocks.0.scale", "blocks.2.scale", "norm.running_mean", "norm.running_var"]
 
 
+def _grads(style: str, model: nn.Module, x: torch.Tensor, module: Any) -> dict[str, np.ndarray]:
+    """The export's gradient of `sum(outputs ** 2)` by torch path: `jax.grad` of the functional
+    export, `nnx.grad` (its `nnx.Param`s only; a kernel as torch's weight) or `eqx.filter_grad`."""
+    inputs = jnp.asarray(x.numpy())
+    if style == "functional":
+        def loss(params: Any) -> jax.Array:
+            return jnp.sum(module.forward(params, inputs) ** 2)
+
+        return _float_leaves(jax.jit(jax.grad(loss, allow_int=True))(module.load_params(model)))
+
+    def method_loss(ported: Any) -> jax.Array:
+        return jnp.sum(ported(inputs) ** 2)
+
+    ported = module.from_torch(model)
+    if style == "equinox":
+        return _float_leaves(eqx.filter_jit(eqx.filter_grad(method_loss))(ported))
+    grads = _float_leaves(nnx.grad(method_loss)(ported))
+    got = {name.removesuffix(".value"): value for name, value in grads.items()}
+    for name in list(got):  # `nnx.Linear`: torch's weight is the kernel, transposed
+        if name.endswith(".kernel"):
+            got[name.removesuffix("kernel") + "weight"] = got.pop(name).T
+    return got
+
+
 def test_functional_export_stops_buffers_and_frozen_parameters():
     model, x, exported = _exported("functional", FROZEN)
     text = exported.source
@@ -114,13 +138,7 @@ def test_functional_export_stops_buffers_and_frozen_parameters():
     assert "stop_gradient(params[\"mask\"]" not in text  # booleans: no gradient to stop
     assert "lax.stop_gradient(params[\"head\"]" not in text
     assert "Gradients are torch's" in text and "`blocks.*.scale`" in text and "`embed.weight`" in text
-    params = exported.module.load_params(model)
-
-    def loss(params: Any, inputs: jax.Array) -> jax.Array:
-        return jnp.sum(exported.module.forward(params, inputs) ** 2)
-
-    grads = jax.jit(jax.grad(loss, allow_int=True))(params, jnp.asarray(x.numpy()))
-    got = _float_leaves(grads)
+    got = _grads("functional", model, x, exported.module)
     assert set(BUFFERS) <= set(got)  # the buffers are in `params`, and their gradients are zeros
     _assert_torchs(got, _torch_grads(model, x), BUFFERS)
 
@@ -129,16 +147,7 @@ def test_nnx_grad_takes_the_trained_parameters_only():
     model, x, exported = _exported("nnx", FROZEN)
     assert "class FrozenParam(nnx.Variable):" in exported.source
     assert "self.weight = FrozenParam(weight)" in exported.source
-    ported = exported.module.from_torch(model)
-
-    def loss(module: Any, inputs: jax.Array) -> jax.Array:
-        return jnp.sum(module(inputs) ** 2)
-
-    grads = nnx.grad(loss)(ported, jnp.asarray(x.numpy()))
-    got = {name.removesuffix(".value"): value for name, value in _float_leaves(grads).items()}
-    for name in list(got):  # `nnx.Linear`: torch's weight is the kernel, transposed
-        if name.endswith(".kernel"):
-            got[name.removesuffix("kernel") + "weight"] = got.pop(name).T
+    got = _grads("nnx", model, x, exported.module)
     want = _torch_grads(model, x)
     assert set(got) == {name for name, grad in want.items() if grad is not None}
     _assert_torchs(got, want, BUFFERS)
@@ -148,13 +157,7 @@ def test_equinox_filter_grad_gives_zeros_where_torch_gives_none():
     model, x, exported = _exported("equinox", FROZEN)
     assert "jax.lax.stop_gradient(self.embed.weight)" in exported.source
     assert "stop_gradient(self.head" not in exported.source
-    ported = exported.module.from_torch(model)
-
-    def loss(module: Any, inputs: jax.Array) -> jax.Array:
-        return jnp.sum(module(inputs) ** 2)
-
-    grads = eqx.filter_jit(eqx.filter_grad(loss))(ported, jnp.asarray(x.numpy()))
-    got = _float_leaves(grads)
+    got = _grads("equinox", model, x, exported.module)
     assert set(BUFFERS) <= set(got)
     _assert_torchs(got, _torch_grads(model, x), BUFFERS)
 
@@ -166,3 +169,34 @@ def test_nothing_frozen_differentiates_every_parameter(style):
     assert "FrozenParam" not in exported.source
     assert "stop_gradient(params[\"embed\"]" not in exported.source
     assert "stop_gradient(self.embed" not in exported.source
+    _assert_torchs(_grads(style, model, x, exported.module), _torch_grads(model, x), BUFFERS)
+
+
+MIXED = ("embed.weight", "blocks.0.fc.weight")
+
+
+def test_nnx_makes_each_instance_frozen_or_not_as_torch_has_it():
+    """The first block's weight frozen, the others trained: NNX's converter gives each `Linear` its
+    own variable type (`_param`), so `nnx.grad` still takes exactly torch's trained parameters."""
+    model, x, exported = _exported("nnx", MIXED)
+    assert "weight=_param(tensors, path + \"weight\")" in exported.source
+    assert "froze in some instances" not in exported.source
+    got = _grads("nnx", model, x, exported.module)
+    want = _torch_grads(model, x)
+    assert set(got) == {name for name, grad in want.items() if grad is not None}
+    _assert_torchs(got, want, BUFFERS)
+
+
+@pytest.mark.parametrize("style", ["functional", "equinox"])
+def test_a_parameter_frozen_in_one_call_of_a_shared_def_is_said(style):
+    """One def (one method) reads every block's weight, so the first block's, frozen, cannot be
+    stopped there: the docstring names it; the rest still differentiate as torch does."""
+    model, x, exported = _exported(style, MIXED)
+    doc = " ".join(exported.source.split('"""')[1].split())
+    assert "froze in some instances of" in doc and "(`blocks.0.fc.weight`)" in doc, doc
+    assert "stop_gradient(params[\"fc\"]" not in exported.source
+    assert "stop_gradient(self.fc" not in exported.source
+    got = _grads(style, model, x, exported.module)
+    assert np.any(got["blocks.0.fc.weight"])  # as the docstring says
+    want = {name: grad for name, grad in _torch_grads(model, x).items() if name != "blocks.0.fc.weight"}
+    _assert_torchs(got, want, BUFFERS)

@@ -24,6 +24,7 @@ class Equinox:
     imports = ["import equinox as eqx"]
     layout = ""  # no framework layers: every tensor keeps torch's layout
     threads_state = True
+    grad = "`eqx.filter_grad`"
     layers = False
     bottom_up = True
 
@@ -72,7 +73,10 @@ class Equinox:
     def argument(self, attribute: str) -> str:
         return attribute
 
-    def variables(self, kinds: set[str]) -> list[str]:
+    def unstopped(self, classes: list[Klass], read: set[str]) -> set[str]:
+        return read
+
+    def variables(self, kinds: set[str], unfrozen: set[str]) -> list[str]:
         return []
 
     def gradients(self, held: set[str], read: set[str]) -> str | None:
@@ -87,7 +91,7 @@ class Equinox:
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return []
 
-    def leaf(self, kind: str, value: str) -> str:
+    def leaf(self, kind: str, value: str, path: str) -> str:
         return f"eqx.nn.StateIndex({value})" if kind == "state" else value
 
     def inner_list(self, items: list[str], made: bool) -> str:

@@ -97,6 +97,8 @@ class Writer:
         self._current: Function = tree.program.entry
         self.read_kinds: set[str] = set()
         """The kinds of the leaves the methods read (what the docstring says gets no gradient)."""
+        self.unstopped: set[str] = set()
+        """Frozen parameters read where other instances read trained ones: read as trained."""
         self._seen: dict[str, int] = {}
         """Per def taking no params, its calls written so far in the method (`_callee_path`)."""
 
@@ -348,6 +350,8 @@ class Writer:
             leaf = found.removeprefix("leaf:")
             holders = self._holders(chain, owner, leaf)
             kind = leaf_kind(holders, leaf)
+            if kind == "param":  # frozen in some instances the method runs on, not in all: read as trained
+                self.unstopped |= {n.prefix(leaf) for n in holders if n.leaves.get(leaf) == "frozen"}
             dtype = next((n.dtypes[leaf] for n in holders if leaf in n.dtypes), "float32")
             if kind == "buffer" and not dtype.startswith(("float", "bfloat", "complex")):
                 kind = "discrete_buffer"

@@ -40,12 +40,13 @@ of lists too (vit-pytorch's `nn.ModuleList([attention, feed_forward])` per layer
 indexes it: `None` where the torch list holds a module with no tensors and no def (a `GELU`)."""
 
 
-def leaf_kind(holders: list[Node], leaf: str) -> str:
+def leaf_kind(holders: list[Node], leaf: str, mixed: str = "param") -> str:
     """The kind of attribute `leaf` over the instances of a class: "frozen" only where every instance
-    froze it (a class's code is shared: one that some instances train is a "param" in all)."""
+    froze it; `mixed` where some froze it and others train it (a class's code is shared: a method
+    reads it as a "param" in all)."""
     kinds = [n.leaves[leaf] for n in holders if leaf in n.leaves]
     if "frozen" in kinds and set(kinds) != {"frozen"}:
-        return "param"
+        return mixed
     return kinds[0] if kinds else "param"
 
 
@@ -68,7 +69,8 @@ class Node:
     children: dict[str, Child] = field(default_factory=dict)
     leaves: dict[str, str] = field(default_factory=dict)
     """Attribute -> "param", "frozen" (a parameter with `requires_grad=False`), "buffer" (read only)
-    or "state" (written by the torch code)."""
+    or "state" (written by the torch code). (`Klass.attributes` adds "mixed": frozen in some
+    instances only.)"""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     layer: str | None = None
@@ -102,9 +104,16 @@ class Klass:
             for name, child in node.children.items():
                 order.setdefault(name, "list" if isinstance(child, list) else "child")
             for name in node.leaves:
-                order.setdefault(name, leaf_kind(self.nodes, name))
+                order.setdefault(name, leaf_kind(self.nodes, name, "mixed"))
         every = [set(n.children) | set(n.leaves) for n in self.nodes]
         return [(name, kind, not all(name in names for names in every)) for name, kind in order.items()]
+
+    def unfrozen(self) -> set[str]:
+        """The paths of the parameters torch froze where other instances of the class train theirs
+        (attributes of kind "mixed")."""
+        kinds = {name: kind for name, kind, _ in self.attributes()}
+        return {n.prefix(leaf) for n in self.nodes for leaf, kind in n.leaves.items()
+                if kind == "frozen" and kinds.get(leaf) == "mixed"}
 
 
 @dataclass
