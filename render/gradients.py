@@ -62,23 +62,23 @@ def stop_gradients(program: Program, untrained: set[str]) -> Stops:
             children.setdefault(".".join(parts[:i]), set()).add(parts[i])
     stops = Stops([])
     for function in [*program.functions, *program.helpers]:
-        tree = copy.deepcopy(function.node())
-        if untrained and function.anchor is not None:
-            reader = _Reader(_anchors(function), leaves, children, untrained, stops)
+        tree = function.node()
+        if untrained and function.anchor is not None:  # a def reading `params`
+            reader = _Reader(_anchors(function, function.anchor), leaves, children, untrained, stops)
+            tree = copy.deepcopy(tree)  # its statements' nodes are the program's
             reader.bind_loops(tree)
             tree = reader.visit(tree)
         stops.defs.append(tree)
     return stops
 
 
-def _anchors(function: Function) -> list[str]:
+def _anchors(function: Function, anchor: str) -> list[str]:
     """The module paths `params` stands for in the def, one per call where each call's own is known
-    (a method's: its module's path), else its first call's."""
-    assert function.anchor is not None
+    (a method's: its module's path), else its first call's (`anchor`)."""
     paths = [c.module_path for c in function.calls]
-    if function.anchor == paths[0] and all(p is not None for p in paths):
+    if anchor == paths[0] and all(p is not None for p in paths):
         return list(dict.fromkeys(p for p in paths if p is not None))
-    return [function.anchor]
+    return [anchor]
 
 
 class _Reader(ast.NodeTransformer):
