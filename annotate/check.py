@@ -282,7 +282,9 @@ def compare_gradients(
     atol: float = 1e-6,
     loss: Callable[[Any], Any] | None = None,
 ) -> list[Comparison]:
-    """`jax.grad` of the export w.r.t. params against torch autograd, for `sum` of every float output."""
+    """`jax.grad` of the export w.r.t. params against torch autograd, for `sum` of every float output:
+    torch's gradient for each parameter it differentiates, and zeros (`grad NAME (torch: none)`) for
+    every other float leaf of `params` (the buffers it only reads, frozen or unused parameters)."""
     inputs = entry_inputs(module, program, model, args, kwargs)
     exported = getattr(module, program.entry.name)
     params, rest = inputs[0], inputs[1:]
@@ -306,11 +308,18 @@ def compare_gradients(
     )
     total.backward()
     comparisons = []
+    trained = set()
     for name, parameter in model.named_parameters():
         if parameter.grad is None:
             continue
+        trained.add(name)
         got = _at_dotted(grads, name)
         comparisons += compare(got, parameter.grad, rtol=rtol, atol=atol, prefix=f"grad {name}")
+    for name, tensor in _torch_tensors(model).items():
+        if name in trained or not tensor.is_floating_point() or name in program.state_paths:
+            continue
+        comparisons += compare(_at_dotted(grads, name), torch.zeros_like(tensor), rtol=rtol, atol=atol,
+                               prefix=f"grad {name} (torch: none)")
     model.zero_grad(set_to_none=True)
     return comparisons
 

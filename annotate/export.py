@@ -14,7 +14,7 @@ from jaxside.annotate.errors import EXIT_USAGE, Failure
 from jaxside.render.ir import Program
 from jaxside.render.module import render_program
 
-__all__ = ["module_source", "module_types"]
+__all__ = ["frozen_params", "module_source", "module_types"]
 
 
 def module_source(program: Program, file: str, style: str = "functional", model: Any = None) -> str:
@@ -22,11 +22,12 @@ def module_source(program: Program, file: str, style: str = "functional", model:
     and the entry. The class styles read the torch class of each submodule from `model`."""
     source = f"{file}: {program.trace.entry}"
     if style == "functional":
-        return render_program(program, source=source)
+        return render_program(program, source=source, frozen=frozen_params(model))
     from jaxside.render.styles import StyleError, render_style
 
     try:
-        return render_style(program, style, source=source, types=module_types(model))
+        return render_style(program, style, source=source, types=module_types(model),
+                            frozen=frozen_params(model))
     except StyleError as error:
         file, line = error.where or (_assigned(model, error.path) if error.path is not None else (None, None))
         raise Failure(f"--style {style}: {error}", "export it in the functional style (no --style)",
@@ -68,3 +69,12 @@ def module_types(model: Any) -> dict[str, str]:
     if modules is None:
         return {}
     return {path: f"{type(m).__module__}.{type(m).__qualname__}" for path, m in modules()}
+
+
+def frozen_params(model: Any) -> frozenset[str]:
+    """The dotted names of `model`'s parameters torch does not differentiate (`requires_grad=False`),
+    every name of a tied one."""
+    parameters = getattr(model, "named_parameters", None)
+    if parameters is None:
+        return frozenset()
+    return frozenset(name for name, p in parameters(remove_duplicate=False) if not p.requires_grad)

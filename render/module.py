@@ -7,6 +7,7 @@ import textwrap
 from typing import Any
 
 from jaxside.render import text as user_text
+from jaxside.render.gradients import Stops, gradients_paragraph, no_gradient, stop_gradients
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.lower.config_fields import accessor
@@ -25,10 +26,12 @@ STANDARD = ("dataclasses", "math")
 """Imports of the standard library: their own block, before jax's (as isort sorts them)."""
 
 
-def render_program(program: Program, *, source: str) -> str:
+def render_program(program: Program, *, source: str, frozen: frozenset[str] = frozenset()) -> str:
     """The module text for a lowered program; `source` says what it was generated from (for the
-    docstring)."""
-    defs: list[ast.stmt] = [f.node() for f in program.functions + program.helpers]
+    docstring), `frozen` the torch parameters with `requires_grad=False` (read, as float buffers
+    are, through `lax.stop_gradient`: `render.gradients`)."""
+    stops = stop_gradients(program, no_gradient(program, frozen))
+    defs: list[ast.stmt] = list(stops.defs)
     constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
     loader = _load_params(program)
     used = {n.id for tree in defs + constants for n in ast.walk(tree) if isinstance(n, ast.Name)}
@@ -43,7 +46,7 @@ def render_program(program: Program, *, source: str) -> str:
     if any(isinstance(n.value, ast.Name) and n.value.id == "jax" for n in extend):
         imports.append("import jax.extend")  # an exact primitive's home; `import jax` does not load it
     standard = [IMPORTS[name] for name in STANDARD if name in used]
-    docstring = user_text.docstring(_docstring(program, source))
+    docstring = user_text.docstring(_docstring(program, source, stops, frozen))
     # Laid out as `ruff format` and isort leave it: one blank line after the docstring and after
     # the imports (two before a def), two around defs.
     top = [docstring] + (["\n".join(standard)] if standard else [])
@@ -63,7 +66,7 @@ def render_program(program: Program, *, source: str) -> str:
 # -- the docstring -----------------------------------------------------------------------------------
 
 
-def _docstring(program: Program, source: str) -> str:
+def _docstring(program: Program, source: str, stops: Stops, frozen: frozenset[str]) -> str:
     trace, entry = program.trace, program.entry
     inputs = (
         ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
@@ -122,6 +125,7 @@ def _docstring(program: Program, source: str) -> str:
         )
     else:
         paragraphs.append(f"`{entry.name}` works under `jax.jit`, `jax.vmap` and `jax.grad`.")
+    paragraphs += filter(None, [gradients_paragraph(stops, frozen)])
     if program.fallbacks:
         names = ", ".join(sorted(program.fallbacks))
         paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")

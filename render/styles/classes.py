@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from jaxside.render import text as user_text
+from jaxside.render.gradients import unstopped_sentence
 from jaxside.render.ir import Program
 from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.module import (
@@ -46,6 +47,8 @@ class Style(Framework, Protocol):
     imports: list[str]
     layout: str
     """The docstring's sentence on where tensors change layout."""
+    grad: str
+    """Its gradient, as the docstring names it: "`nnx.grad`"."""
 
     def declare(self, klass: Klass, attributes: list[tuple[str, str, bool]], tree: Tree) -> list[str]:
         """The class body's lines before the methods (fields, or `__init__`)."""
@@ -59,8 +62,24 @@ class Style(Framework, Protocol):
         """The converter's helpers for the framework layers used ("linear", "embed")."""
         ...
 
-    def leaf(self, kind: str, value: str) -> str:
-        """The converter's expression for a leaf of this kind (`nnx.Param(value)` or `value`)."""
+    def leaf(self, kind: str, value: str, path: str) -> str:
+        """The converter's expression for a leaf of this kind (`nnx.Param(value)` or `value`), given
+        the expression of its tensor (`value`) and of its path (`path`: `path + "weight"`)."""
+        ...
+
+    def variables(self, kinds: set[str], unfrozen: set[str]) -> list[str]:
+        """Classes and helpers of the module's own for the leaf kinds its classes hold (NNX's
+        `FrozenParam`), `unfrozen` the paths of the frozen parameters of "mixed" attributes."""
+        ...
+
+    def gradients(self, held: set[str], read: set[str]) -> str | None:
+        """The docstring's sentence on what gets no gradient, from the kinds of the leaves the classes
+        hold and those the methods read (None: nothing to say)."""
+        ...
+
+    def unstopped(self, classes: list[Klass], read: set[str]) -> set[str]:
+        """The frozen parameters the framework differentiates after all, from the classes and the
+        frozen parameters the methods read as trained (`read`): NNX's type is its class's."""
         ...
 
     def inner_list(self, items: list[str], made: bool) -> str:
@@ -78,9 +97,11 @@ class Style(Framework, Protocol):
         ...
 
 
-def render_classes(program: Program, style: Style, *, source: str, types: dict[str, str]) -> str:
+def render_classes(program: Program, style: Style, *, source: str, types: dict[str, str],
+                   frozen: frozenset[str] = frozenset()) -> str:
     """The module text of `program` in `style`; `types` gives the torch class of each module path
-    (`torch.nn.modules.linear.Linear`), `source` what it was generated from."""
+    (`torch.nn.modules.linear.Linear`), `frozen` the parameters torch does not differentiate
+    (`requires_grad=False`), `source` what it was generated from."""
     entry = program.entry.calls[0].file, program.entry.calls[0].line
     if program.entry.calls[0].module_type is None:
         raise StyleError("the entry is a function, not a torch module: only the functional export fits it",
@@ -88,7 +109,7 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     if program.written_inputs:
         raise StyleError("the torch code writes its inputs in place: only the functional export returns them",
                          where=entry)
-    tree = Tree(program, types)
+    tree = Tree(program, types, frozen)
     odd = next((node.prefix(n) for node in tree.nodes.values() for n in [*node.children, *node.leaves]
                 if not n.isidentifier() or keyword.iskeyword(n)), None)
     if odd is not None:
@@ -103,7 +124,9 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     methods = {f.name for k in classes for f in k.methods}
     plain = [f.node() for f in program.functions + program.helpers if f.name not in methods]
     writer = Writer(tree, style, _MODULE_NAMES | {d.name for d in plain} | {n for n, _ in program.constants})
-    blocks = [_class(klass, style, writer, tree) for klass in classes]
+    kinds = {kind for klass in classes for _, kind, _ in klass.attributes()}
+    unfrozen = {path for klass in classes for path in klass.unfrozen()}
+    blocks = [*style.variables(kinds, unfrozen), *(_class(klass, style, writer, tree) for klass in classes)]
     blocks += ["\n".join(format_statement(d, 0, MODULE_WIDTH)) for d in plain]
     constants = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0) for n, v in program.constants]
     blocks.append(_converter(tree, classes, style))
@@ -123,7 +146,9 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
     imports = sorted([line for name, line in IMPORTS.items() if name in used and name not in STANDARD]
                      + style_imports, key=import_order)
     layers = any(node.layer for node in tree.nodes.values())
-    top = [user_text.docstring(_docstring(program, style, tree.root.cls, source, layers))]
+    unstopped = unstopped_sentence(style.unstopped(classes, writer.unstopped), "a class", style.grad)
+    gradients = " ".join(filter(None, [style.gradients(kinds, writer.read_kinds), unstopped]))
+    top = [user_text.docstring(_docstring(program, style, tree.root.cls, source, layers, gradients))]
     top += ["\n".join(standard)] if standard else []
     top.append("\n".join(imports))
     if constants:
@@ -136,7 +161,7 @@ def render_classes(program: Program, style: Style, *, source: str, types: dict[s
 
 
 _MODULE_NAMES = frozenset({"Config", "config_from", "from_torch", "dataclasses", "jax", "jnp", "lax", "np",
-                           "nnx", "eqx", "torch"})
+                           "nnx", "eqx", "torch", "FrozenParam"})
 """Names a class-style module binds besides its classes (its plain defs and constants are the program's)."""
 
 
@@ -186,7 +211,8 @@ def _bottom_up(classes: list[Klass]) -> list[Klass]:
     return list(done.values())
 
 
-def _docstring(program: Program, style: Style, root: str, source: str, layers: bool) -> str:
+def _docstring(program: Program, style: Style, root: str, source: str, layers: bool, gradients: str | None
+               ) -> str:
     trace = program.trace
     inputs = ", ".join(f"{i.name}: {i.var.aval.str_short()}" for i in trace.inputs if i.kind == "arg")
     paragraphs = [
@@ -203,6 +229,7 @@ def _docstring(program: Program, style: Style, root: str, source: str, layers: b
             "the traced model's by default; for another model built the same way, pass "
             "`config=config_from(model)` to `from_torch`."
         )
+    paragraphs += [gradients] if gradients else []
     if program.fallbacks:
         names = ", ".join(sorted(program.fallbacks))
         paragraphs.append(f"Written as their exact primitive, for want of an idiomatic rule: {names}.")
@@ -324,7 +351,7 @@ def _builder(klass: Klass, builders: dict[str, str], style: Style, needs: set[st
                     before.append(f"    {head}:\n        {value} = {expr}")
         else:
             read = f"tensors.get(path + {key})" if optional else f"tensors[path + {key}]"
-            value = style.leaf(kind, read) if not optional else f"{read}"
+            value = style.leaf(kind, read, f"path + {key}") if not optional or kind == "mixed" else read
         if kind in ("child", "list") and optional and _holds_tensors(klass, name):
             value = f'({value} if any(p.startswith(path + "{name}.") for p in tensors) else None)'
         args.append(f"        {style.argument(name)}={value},")

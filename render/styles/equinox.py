@@ -1,9 +1,9 @@
 """``--style equinox``: Equinox modules. Parameters and buffers are plain array fields in torch's
 layout, buffers the torch code writes (KV caches) `eqx.nn.StateIndex` fields: stateful methods take
 the `eqx.nn.State` last and return `(output, state)`, reading with `state.get` and writing with
-`state.set`. A float buffer is read through `jax.lax.stop_gradient` (Equinox's way to mark an
-array non-trainable), so `eqx.filter_grad` gives it zeros as torch gives it no gradient. Config
-and flags are static fields."""
+`state.set`. A float buffer, and a parameter torch froze (`requires_grad=False`), is read through
+`jax.lax.stop_gradient` (Equinox's way to mark an array non-trainable), so `eqx.filter_grad` gives
+it zeros as torch gives it no gradient. Config and flags are static fields."""
 
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ class Equinox:
     imports = ["import equinox as eqx"]
     layout = ""  # no framework layers: every tensor keeps torch's layout
     threads_state = True
+    grad = "`eqx.filter_grad`"
     layers = False
     bottom_up = True
 
     def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
         if kind == "state":
             return ast.Call(ast.Attribute(named("state"), "get", ast.Load()), [ref], [])
-        if kind == "buffer":  # a field like any other: `eqx.filter_grad` would differentiate it
+        if kind in ("buffer", "frozen"):  # a field like any other: `eqx.filter_grad` would differentiate it
             return ast.Call(dotted("jax.lax.stop_gradient"), [ref], [])
         return ref
 
@@ -72,10 +73,25 @@ class Equinox:
     def argument(self, attribute: str) -> str:
         return attribute
 
+    def unstopped(self, classes: list[Klass], read: set[str]) -> set[str]:
+        return read
+
+    def variables(self, kinds: set[str], unfrozen: set[str]) -> list[str]:
+        return []
+
+    def gradients(self, held: set[str], read: set[str]) -> str | None:
+        stopped = (["the float buffers the torch code only reads"] if "buffer" in read else []) + (
+            ["the parameters torch froze (`requires_grad=False`)"] if "frozen" in read else [])
+        if not stopped:
+            return None
+        return ("Gradients are torch's: " + " and ".join(stopped) + " are read through "
+                "`jax.lax.stop_gradient`, so `eqx.filter_grad` gives them zeros where torch gives no "
+                "gradient.")
+
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return []
 
-    def leaf(self, kind: str, value: str) -> str:
+    def leaf(self, kind: str, value: str, path: str) -> str:
         return f"eqx.nn.StateIndex({value})" if kind == "state" else value
 
     def inner_list(self, items: list[str], made: bool) -> str:

@@ -68,7 +68,8 @@ def find_layers(tree: Tree) -> None:
     for path, kind in matched.items():
         node = tree.nodes[path]
         want = LINEAR if kind == "linear" else EMBEDDING
-        if path not in raw and node.torch_type == want and not node.children and node.path:
+        frozen = "frozen" in node.leaves.values()  # a framework layer's weights are `nnx.Param`s
+        if path not in raw and node.torch_type == want and not node.children and node.path and not frozen:
             node.layer = kind
     places: dict[Place, list[Node]] = {}  # a class's code is shared: all its instances or none
     for owner in tree.nodes.values():

@@ -26,7 +26,7 @@ from jaxside.render.styles.reading import (
     walk,
 )
 from jaxside.render.styles.refold import refold
-from jaxside.render.styles.tree import Child, Flag, Node, StyleError, Tree
+from jaxside.render.styles.tree import Child, Flag, Node, StyleError, Tree, leaf_kind
 from jaxside.render.styles.unpacking import packed, unpack
 
 __all__ = ["Framework", "Writer"]
@@ -40,7 +40,8 @@ class Framework(Protocol):
     """Equinox: stateful methods take `state` last and return `(output, state)`."""
 
     def read(self, ref: ast.expr, kind: str, indexed: bool) -> ast.expr:
-        """A leaf of kind "param", "buffer" (read only, of floats: no gradient may reach it),
+        """A leaf of kind "param", "frozen" (a parameter with `requires_grad=False`: no gradient may
+        reach it), "buffer" (read only, of floats: no gradient may reach it either),
         "discrete_buffer" (read only, of integers or booleans) or "state" at `ref` (`self.weight`),
         `indexed` when the expression using it subscripts it at once."""
         ...
@@ -94,6 +95,10 @@ class Writer:
         self.defs = {f.name: f for f in tree.program.functions}
         self.config = tree.config_name
         self._current: Function = tree.program.entry
+        self.read_kinds: set[str] = set()
+        """The kinds of the leaves the methods read (what the docstring says gets no gradient)."""
+        self.unstopped: set[str] = set()
+        """Frozen parameters read where other instances read trained ones: read as trained."""
         self._seen: dict[str, int] = {}
         """Per def taking no params, its calls written so far in the method (`_callee_path`)."""
 
@@ -342,14 +347,30 @@ class Writer:
         found = walk(base, chain[1])
         if isinstance(found, str):
             owner = walk(base, chain[1][:-1])
-            holders = [owner, *owner.peers] if isinstance(owner, Node) else []
-            leaf = chain[1][-1]
-            kind = next((n.leaves[leaf] for n in holders if leaf in n.leaves), "param")
+            leaf = found.removeprefix("leaf:")
+            holders = self._holders(chain, owner, leaf)
+            kind = leaf_kind(holders, leaf)
+            if kind == "param":  # frozen in some instances the method runs on, not in all: read as trained
+                self.unstopped |= {n.prefix(leaf) for n in holders if n.leaves.get(leaf) == "frozen"}
             dtype = next((n.dtypes[leaf] for n in holders if leaf in n.dtypes), "float32")
             if kind == "buffer" and not dtype.startswith(("float", "bfloat", "complex")):
                 kind = "discrete_buffer"
+            self.read_kinds.add(kind)
             return self.framework.read(self._module_ref(chain, scope), kind, indexed)
         return None
+
+    def _holders(self, chain: tuple[str, list[str | int]], owner: Child | str | None, leaf: str
+                 ) -> list[Node]:
+        """The modules whose `leaf` the read of `chain` reads: from each instance of the method's class
+        where the read starts at its own tensors (`self.embed.weight` reads one `Linear`'s weight,
+        frozen or not whatever other `Linear`s hold), else every module of the owner's class."""
+        klass = self.tree.methods.get(self._current.calls[0].module_type or "")
+        if chain[0] == "params" and klass is not None:
+            reached = [walk(n, chain[1][:-1]) for n in klass.nodes]
+            holders = [n for n in reached if isinstance(n, Node) and leaf in n.leaves]
+            if holders:
+                return holders
+        return [owner, *owner.peers] if isinstance(owner, Node) else []
 
     def _layer(self, node: ast.expr, scope: _Scope) -> ast.expr | None:
         """`self.wqkv(x)` for `x @ params["wqkv"]["weight"].T` when `wqkv` is a framework layer."""

@@ -1,18 +1,34 @@
 """``--style nnx``: Flax NNX modules. Parameters are `nnx.Param`s, buffers the torch code only reads
 `nnx.Variable`s, buffers it writes (KV caches) `nnx.Cache`s written in place (`self.k_cache[...] = k_out`);
-torch Linear and Embedding modules are `nnx.Linear` (kernel (in, out)) and `nnx.Embed`."""
+parameters torch froze (`requires_grad=False`) `FrozenParam`s, an `nnx.Variable` of the module's own, so
+`nnx.grad` differentiates what torch does (`from_torch` decides per instance where instances of a class
+differ: `_param`). torch Linear and Embedding modules are `nnx.Linear` (kernel
+(in, out)) and `nnx.Embed`."""
 
 from __future__ import annotations
 
 import ast
 
 from jaxside.render.ir import Program
-from jaxside.render.layout import MODULE_WIDTH, format_statement
+from jaxside.render.layout import MODULE_WIDTH, double_quotes, format_statement
 from jaxside.render.styles.tree import Klass, Tree, kept_flags
 
 __all__ = ["Nnx"]
 
-_VARIABLES = {"param": "nnx.Param", "buffer": "nnx.Variable", "state": "nnx.Cache"}
+_VARIABLES = {"param": "nnx.Param", "frozen": "FrozenParam", "buffer": "nnx.Variable", "state": "nnx.Cache"}
+
+_FROZEN_PARAM = '''class FrozenParam(nnx.Variable):
+    """A torch parameter with `requires_grad=False`: no `nnx.Param`, so `nnx.grad` (which
+    differentiates `nnx.Param`s) and `nnx.Optimizer` leave it alone, as torch does."""'''
+
+
+_PARAM = '''def _param(tensors, path):
+    """The tensor at `path` as an `nnx.Param`, or as a `FrozenParam` where torch froze it
+    (`_FROZEN`); None where there is none."""
+    tensor = tensors.get(path)
+    if tensor is None:
+        return None
+    return FrozenParam(tensor) if path in _FROZEN else nnx.Param(tensor)'''
 
 _LAYERS = {
     "linear": '''def _linear_layer(tensors, path):
@@ -50,6 +66,7 @@ class Nnx:
     layout = ("`from_torch` is the one place tensors change layout (`nnx.Linear` kernels are torch's "
               "weights transposed); the other tensors keep torch's.")
     threads_state = False
+    grad = "`nnx.grad`"
     layers = True
     bottom_up = False
 
@@ -70,7 +87,7 @@ class Nnx:
         lines = [f"def __init__({', '.join(['self', *required, *optional, *keywords])}):"]
         for attribute, kind, may_be_none in attributes:
             name = self.argument(attribute)
-            if kind == "child":
+            if kind in ("child", "mixed"):  # "mixed": a variable already, of its instance's type
                 value = name
             else:
                 value = f"nnx.List({name})" if kind == "list" else f"{_VARIABLES[kind]}({name})"
@@ -92,8 +109,31 @@ class Nnx:
     def layer_helpers(self, kinds: set[str]) -> list[str]:
         return [_LAYERS[kind] for kind in sorted(kinds)]
 
-    def leaf(self, kind: str, value: str) -> str:
-        return value
+    def unstopped(self, classes: list[Klass], read: set[str]) -> set[str]:
+        return set()  # the converter gives each instance's its own type
+
+    def variables(self, kinds: set[str], unfrozen: set[str]) -> list[str]:
+        if not kinds & {"frozen", "mixed"}:
+            return []
+        if not unfrozen:
+            return [_FROZEN_PARAM]
+        paths: list[ast.expr] = [ast.Constant(path) for path in sorted(unfrozen)]
+        table = ast.Assign([ast.Name("_FROZEN", ast.Store())], ast.Set(paths), lineno=0)
+        listed = "\n".join(format_statement(table, 0, MODULE_WIDTH))
+        doc = ('"""The parameters torch froze where other instances of their class train theirs: their\n'
+               '`FrozenParam`s are made per instance, by `_param`."""')
+        return [_FROZEN_PARAM, double_quotes(listed) + "\n" + doc, _PARAM]
+
+    def gradients(self, held: set[str], read: set[str]) -> str | None:
+        kept = (["the buffers the torch code only reads are `nnx.Variable`s"] if "buffer" in held else []) + (
+            ["the parameters torch froze (`requires_grad=False`) `FrozenParam`s"] if "frozen" in held else [])
+        if not kept:
+            return None
+        return ("Gradients are torch's: " + " and ".join(kept) + ", which `nnx.grad` does not differentiate "
+                "(it takes `nnx.Param`s).")
+
+    def leaf(self, kind: str, value: str, path: str) -> str:
+        return f"_param(tensors, {path})" if kind == "mixed" else value
 
     def inner_list(self, items: list[str], made: bool) -> str:
         """NNX 0.12 takes modules in a list only inside an `nnx.List`, at every depth."""

@@ -17,7 +17,7 @@ from jaxside.render.ir import Function, Keyword, Program
 from jaxside.render.names import is_index
 
 __all__ = ["EMBEDDING", "LINEAR", "Child", "Flag", "Klass", "Node", "StyleError", "Tree", "kept_flags",
-           "members"]
+           "leaf_kind", "members"]
 
 LINEAR = "torch.nn.modules.linear.Linear"
 EMBEDDING = "torch.nn.modules.sparse.Embedding"
@@ -40,6 +40,16 @@ of lists too (vit-pytorch's `nn.ModuleList([attention, feed_forward])` per layer
 indexes it: `None` where the torch list holds a module with no tensors and no def (a `GELU`)."""
 
 
+def leaf_kind(holders: list[Node], leaf: str, mixed: str = "param") -> str:
+    """The kind of attribute `leaf` over the instances of a class: "frozen" only where every instance
+    froze it; `mixed` where some froze it and others train it (a class's code is shared: a method
+    reads it as a "param" in all)."""
+    kinds = [n.leaves[leaf] for n in holders if leaf in n.leaves]
+    if "frozen" in kinds and set(kinds) != {"frozen"}:
+        return mixed
+    return kinds[0] if kinds else "param"
+
+
 def members(child: Child | None) -> list[Node]:
     """The modules `child` holds, at any depth, in order."""
     if child is None:
@@ -58,7 +68,9 @@ class Node:
     torch_type: str
     children: dict[str, Child] = field(default_factory=dict)
     leaves: dict[str, str] = field(default_factory=dict)
-    """Attribute -> "param", "buffer" (read only) or "state" (written by the torch code)."""
+    """Attribute -> "param", "frozen" (a parameter with `requires_grad=False`), "buffer" (read only)
+    or "state" (written by the torch code). (`Klass.attributes` adds "mixed": frozen in some
+    instances only.)"""
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     layer: str | None = None
@@ -91,10 +103,17 @@ class Klass:
         for node in self.nodes:
             for name, child in node.children.items():
                 order.setdefault(name, "list" if isinstance(child, list) else "child")
-            for name, kind in node.leaves.items():
-                order.setdefault(name, kind)
+            for name in node.leaves:
+                order.setdefault(name, leaf_kind(self.nodes, name, "mixed"))
         every = [set(n.children) | set(n.leaves) for n in self.nodes]
         return [(name, kind, not all(name in names for names in every)) for name, kind in order.items()]
+
+    def unfrozen(self) -> set[str]:
+        """The paths of the parameters torch froze where other instances of the class train theirs
+        (attributes of kind "mixed")."""
+        kinds = {name: kind for name, kind, _ in self.attributes()}
+        return {n.prefix(leaf) for n in self.nodes for leaf, kind in n.leaves.items()
+                if kind == "frozen" and kinds.get(leaf) == "mixed"}
 
 
 @dataclass
@@ -121,7 +140,7 @@ class Flag:
 class Tree:
     """The module tree of a program: `root`, every node by path, and the classes in def order."""
 
-    def __init__(self, program: Program, types: dict[str, str]) -> None:
+    def __init__(self, program: Program, types: dict[str, str], frozen: frozenset[str] = frozenset()) -> None:
         self.program = program
         kinds = {i.name: i.kind for i in program.trace.inputs}
         written = set(program.state_paths)
@@ -169,8 +188,8 @@ class Tree:
             if parent in lists:
                 raise StyleError(f"`{path}`: a tensor in a numbered list (a ParameterList)", path)
             node = self.nodes[parent]
-            node.leaves[leaf] = "state" if path in written else (
-                "param" if kinds.get(path) == "param" else "buffer")
+            node.leaves[leaf] = "state" if path in written else "buffer" if kinds.get(path) != "param" else (
+                "frozen" if path in frozen else "param")
             node.shapes[leaf] = tuple(avals[path].shape) if path in avals else ()
             node.dtypes[leaf] = str(avals[path].dtype) if path in avals else "float32"
         self.root = self.nodes[""]

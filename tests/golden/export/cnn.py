@@ -22,6 +22,10 @@ the traced model's by default; for another model built the same way, pass
 
 `forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
 respect to the float leaves of `params`, or pass `allow_int=True`).
+
+Gradients are torch's: the float buffers the torch code only reads
+(`bn1.running_mean`, `bn1.running_var`, `bn2.running_mean`, ...) are read through
+`lax.stop_gradient`, so `jax.grad` gives them zeros where torch gives no gradient.
 """
 
 import dataclasses
@@ -51,8 +55,11 @@ def forward(params, x, *, config=Config()):
         )
         + params["conv1"]["bias"][:, None, None]
     )
-    bn1 = (conv1_x - params["bn1"]["running_mean"][:, None, None]) * lax.rsqrt(
-        params["bn1"]["running_var"][None, :, None, None] + config.eps
+    bn1 = (
+        conv1_x - lax.stop_gradient(params["bn1"]["running_mean"])[:, None, None]
+    ) * lax.rsqrt(
+        lax.stop_gradient(params["bn1"]["running_var"])[None, :, None, None]
+        + config.eps
     ) * params["bn1"]["weight"][:, None, None] + params["bn1"]["bias"][:, None, None]
     x_1 = lax.reduce_window(
         jax.nn.relu(bn1),
@@ -70,8 +77,11 @@ def forward(params, x, *, config=Config()):
         )
         + params["conv2"]["bias"][:, None, None]
     )
-    bn2 = (conv2_x - params["bn2"]["running_mean"][:, None, None]) * lax.rsqrt(
-        params["bn2"]["running_var"][None, :, None, None] + config.eps
+    bn2 = (
+        conv2_x - lax.stop_gradient(params["bn2"]["running_mean"])[:, None, None]
+    ) * lax.rsqrt(
+        lax.stop_gradient(params["bn2"]["running_var"])[None, :, None, None]
+        + config.eps
     ) * params["bn2"]["weight"][:, None, None] + params["bn2"]["bias"][:, None, None]
     x_1 = lax.reduce_window(
         jax.nn.relu(bn2),

@@ -38,6 +38,10 @@ Nothing is mutated.
 
 `forward` works under `jax.jit`, `jax.vmap` and `jax.grad` (differentiate with
 respect to the float leaves of `params`, or pass `allow_int=True`).
+
+Gradients are torch's: the float buffers the torch code only reads (`freqs_cis`) are
+read through `lax.stop_gradient`, so `jax.grad` gives them zeros where torch gives no
+gradient.
 """
 
 import dataclasses
@@ -70,7 +74,7 @@ def forward(params, state, idx, input_pos, *, config=Config()):
     """`Transformer.forward`, llama_model.py:90."""
     if input_pos.shape[0] != idx.shape[1]:
         raise ValueError("input_pos.shape[0] must equal idx.shape[1]")
-    freqs_cis = params["freqs_cis"][input_pos]
+    freqs_cis = lax.stop_gradient(params["freqs_cis"])[input_pos]
     mask = params["causal_mask"][None, None, input_pos]
     x = jnp.take(params["tok_embeddings"]["weight"], idx, axis=0)
     new_layer_states = []

@@ -29,6 +29,10 @@ layout: `from_torch` only places them.
 Config: the numbers the torch code read from its modules are the fields of `Config`,
 the traced model's by default; for another model built the same way, pass
 `config=config_from(model)` to `from_torch`.
+
+Gradients are torch's: the float buffers the torch code only reads are read through
+`jax.lax.stop_gradient`, so `eqx.filter_grad` gives them zeros where torch gives no
+gradient.
 """
 
 import dataclasses

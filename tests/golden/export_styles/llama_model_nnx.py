@@ -30,6 +30,9 @@ the other tensors keep torch's.
 Config: the numbers the torch code read from its modules are the fields of `Config`,
 the traced model's by default; for another model built the same way, pass
 `config=config_from(model)` to `from_torch`.
+
+Gradients are torch's: the buffers the torch code only reads are `nnx.Variable`s,
+which `nnx.grad` does not differentiate (it takes `nnx.Param`s).
 """
 
 import dataclasses
