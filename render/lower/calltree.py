@@ -79,31 +79,33 @@ class CallTree:
             anchor = call.module_path
         else:
             anchor = parent.anchor
-        eqns = [i for i in call.all_eqns() if i in self.ctx.flow.live]
-        if not eqns and parent is not None:
-            return None
-        node = Node(call, parent, anchor, min(eqns) if eqns else 0)
-        node.own = [i for i in call.eqns if i in self.ctx.flow.live]
+        live = self.ctx.flow.live
+        node = Node(call, parent, anchor, 0)
+        node.own = [i for i in call.eqns if i in live]
+        # (a child is None when none of its equations is live: its first live one is its position)
         node.children = [c for c in (self.build(child, node) for child in call.children) if c is not None]
+        if not node.own and not node.children and parent is not None:
+            return None
+        node.position = min([*node.own, *(c.position for c in node.children)], default=0)
         return node
 
     def dataflow(self, node: Node) -> None:
         for child in node.children:
             self.dataflow(child)
-        node.eqns = set(node.own).union(*(c.eqns for c in node.children))
+        node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
+        flow = self.ctx.flow
+        eqns = flow.eqns
         defined: set[Any] = set()
         inputs: dict[Any, None] = {}
-        for i in sorted(node.eqns):
-            for v in self.ctx.flow.eqns[i].invars:
+        for i in sorted(within):
+            eqn = eqns[i]
+            for v in eqn.invars:
                 if isinstance(v, Var) and v not in defined:
                     inputs.setdefault(v)
-            defined.update(self.ctx.flow.eqns[i].outvars)
+            defined.update(eqn.outvars)
         node.inputs = list(inputs)
-        flow = self.ctx.flow
-        leaving = [
-            v for v in defined
-            if v in flow.program_outs or any(u not in node.eqns for u in flow.uses.get(v, ()))
-        ]
+        outs, uses = flow.program_outs, flow.uses
+        leaving = [v for v in defined if v in outs or not within.issuperset(uses.get(v, ()))]
         node.outputs = sorted(leaving, key=_defining_index(flow.eqns, node.eqns))
         finals = self.ctx.roles.state_final
         node.state_out = [path for path, var in finals.items() if var in defined and under(path, node.anchor)]
@@ -142,6 +144,10 @@ class CallTree:
         """The first torch local `node`'s call bound `v` to, if any."""
         if not isinstance(v, Var):
             return next((n for n, _, var in node.call.seen.bindings if self.ctx.flow.resolve(var) is v), None)
+        return self._names(node).get(v)
+
+    def _names(self, node: Node) -> dict[Any, str]:
+        """`node`'s call's torch locals by the value first bound to them."""
         names = self._local_names.get(id(node.call))  # (the trace, which holds the calls, outlives this)
         if names is None:
             names = self._local_names[id(node.call)] = {}
@@ -149,7 +155,7 @@ class CallTree:
                 bound = self.ctx.flow.resolve(var)
                 if isinstance(bound, Var):
                     names.setdefault(bound, name)
-        return names.get(v)
+        return names
 
     def returned(self, node: Node) -> list[tuple[str, Any]]:
         if node.parent is None:
@@ -197,6 +203,7 @@ class CallTree:
             return refs[v]
 
         parts: list[Any] = [node.code, node.anchor is None]
+        eqns, sites, names = self.ctx.flow.eqns, self.ctx.trace.eqn_sites, self._names(node)
         for position, item in enumerate(self.items(node)):
             if isinstance(item, Node):
                 parts.append(
@@ -214,21 +221,21 @@ class CallTree:
                 for j, v in enumerate(item.outputs):
                     refs[v] = ("call", position, j)
                 continue
-            eqn = self.ctx.flow.eqns[item]
             if item in exclude:
                 continue
-            site = self.ctx.trace.eqn_sites[item]
+            eqn, site = eqns[item], sites[item]
+            outvars = eqn.outvars
             parts.append(
                 (
                     eqn.primitive.name,
                     keys.params(eqn.params),
-                    tuple(ref(v) for v in eqn.invars),
-                    tuple(keys.type(v.aval) for v in eqn.outvars),
+                    tuple([ref(v) for v in eqn.invars]),
+                    tuple([keys.type(v.aval) for v in outvars]),
                     (site.line, site.col, site.end_line, site.end_col) if site else None,
-                    tuple(self.local_name(node, v) for v in eqn.outvars),
+                    tuple([names.get(v) for v in outvars]),
                 )
             )
-            for j, v in enumerate(eqn.outvars):
+            for j, v in enumerate(outvars):
                 refs[v] = ("eqn", position, j)
         parts.append(("returns", tuple((p, ref(v)) for p, v in self.returned(node))))
         # The state it writes, relative to its subtree as its def returns it: the layers of a

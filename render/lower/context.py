@@ -86,8 +86,9 @@ class Dataflow:
         self.program_outs = {v for v in outvars if isinstance(v, Var)}
         self.available = {v for i in self.live for v in self.eqns[i].outvars}
         self.available.update(self.jaxpr.invars, self.jaxpr.constvars)
+        gradients = trace.gradients.keys()
         self.backward_eqns = {
-            i for i, eqn in enumerate(self.eqns) if any(v in trace.gradients for v in eqn.outvars)
+            i for i, eqn in enumerate(self.eqns) if gradients and not gradients.isdisjoint(eqn.outvars)
         }
         self.outputs = [(p, self.resolve(v)) for p, v in trace.outputs]
 
@@ -181,13 +182,14 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
 def live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> set[int]:
     needed = {v for v in outvars if isinstance(v, Var)}
     live: set[int] = set()
+    repeats = alias.keys()
     for i in range(len(eqns) - 1, -1, -1):
         eqn = eqns[i]
-        if any(v in alias for v in eqn.outvars):
+        if not repeats.isdisjoint(eqn.outvars):
             continue  # a repeat: its first occurrence computes it
-        if eqn.effects or any(v in needed for v in eqn.outvars):
+        if eqn.effects or not needed.isdisjoint(eqn.outvars):
             live.add(i)
-            needed.update(v for v in eqn.invars if isinstance(v, Var))
+            needed.update([v for v in eqn.invars if isinstance(v, Var)])
     return live
 
 

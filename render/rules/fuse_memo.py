@@ -90,6 +90,39 @@ class Correspondence:
         self.backward[y] = x
         return True
 
+    def binds(self, xs: Sequence[Any], ys: Sequence[Any]) -> bool:
+        """`bind` of each pair, in order (its common case, a value already bound, inline)."""
+        get = self.forward.get
+        for x, y in zip(xs, ys):
+            known = get(x) if type(x) is not Literal else None
+            if known is None:
+                if not self.bind(x, y):
+                    return False
+            elif known is not y or type(y) is Literal:
+                return False
+        return True
+
+    def spans(self, eqns: list[Any], first: Sequence[int], span: Sequence[int], alive: set[int]) -> bool:
+        """Whether the equations of `first` and `span`, by position, are the same but for their
+        values (`equations`), and alive alike."""
+        paired, binds = self.paired, self.binds
+        for i, j in zip(first, span):
+            if (i in alive) is not (j in alive):
+                return False
+            a, b = eqns[i], eqns[j]
+            pair = (id(a), id(b))
+            if pair in paired:
+                continue
+            if (
+                a.primitive is not b.primitive or len(a.invars) != len(b.invars)
+                or len(a.outvars) != len(b.outvars) or a.effects != b.effects
+                or not (a.params is b.params or same_params_strictly(a.params, b.params))
+                or not binds(a.outvars, b.outvars) or not binds(a.invars, b.invars)
+            ):
+                return False
+            paired.add(pair)
+        return True
+
     def __call__(self, x: Any) -> Any:
         if not isinstance(x, Var):
             return x
@@ -197,9 +230,7 @@ class Memo:
         self, first: Sequence[int], recorder: Questions, runs: Runs, span: Sequence[int]
     ) -> Runs | None:
         same, alive, eqns = Correspondence(), self.alive, self.eqns
-        if not all(
-            (i in alive) == (j in alive) and same.equations(eqns[i], eqns[j]) for i, j in zip(first, span)
-        ):
+        if not same.spans(eqns, first, span, alive):
             return None
         if not self._same_constants(same):
             return None
