@@ -147,6 +147,7 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
     keys = keys or Comparable()
     params_key, type_key, literal_key = keys.params, keys.type, keys.literal
     alias: dict[Any, Any] = {}
+    resolve = alias.get
     for call in trace.root.walk():
         # By primitive, operands and outputs first: the parameters made comparable (`canonical`,
         # most of the cost) only for equations that agree on those, and once each.
@@ -156,9 +157,9 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
             if eqn.effects:
                 continue
             operands = tuple(
-                literal_key(v) if isinstance(v, Literal) else alias.get(v, v) for v in eqn.invars
+                [literal_key(v) if type(v) is Literal else resolve(v, v) for v in eqn.invars]  # (final)
             )
-            key = (eqn.primitive.name, operands, tuple(type_key(v.aval) for v in eqn.outvars))
+            key = (eqn.primitive.name, operands, tuple([type_key(v.aval) for v in eqn.outvars]))
             earlier = seen.get(key)
             if earlier is None:
                 seen[key] = [[None, eqn]]

@@ -92,13 +92,19 @@ class Correspondence:
 
     def binds(self, xs: Sequence[Any], ys: Sequence[Any]) -> bool:
         """`bind` of each pair, in order (its common case, a value already bound, inline)."""
-        get = self.forward.get
+        forward, backward = self.forward, self.backward
         for x, y in zip(xs, ys):
-            known = get(x) if type(x) is not Literal else None
-            if known is None:
+            if type(x) is Literal or type(y) is Literal:  # (`Literal` is final)
                 if not self.bind(x, y):
                     return False
-            elif known is not y or type(y) is Literal:
+                continue
+            known = forward.get(x)
+            if known is None:
+                if y in backward or type(x) is not type(y) or (x is not y and x.aval != y.aval):
+                    return False
+                forward[x] = y
+                backward[y] = x
+            elif known is not y:
                 return False
         return True
 
