@@ -9,7 +9,7 @@ values (a cell's `x[:, t]`) out to the caller so the calls share one def again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,20 +95,21 @@ class CallTree:
         node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
         flow = self.ctx.flow
         eqns = flow.eqns
-        defined: set[Any] = set()
+        made: dict[Any, tuple[int, int]] = {}  # each value made within: (equation, output)
         inputs: dict[Any, None] = {}
         for i in sorted(within):
             eqn = eqns[i]
             for v in eqn.invars:
-                if isinstance(v, Var) and v not in defined:
+                if isinstance(v, Var) and v not in made:
                     inputs.setdefault(v)
-            defined.update(eqn.outvars)
+            for j, v in enumerate(eqn.outvars):
+                made.setdefault(v, (i, j))
         node.inputs = list(inputs)
         outs, uses = flow.program_outs, flow.uses
-        leaving = [v for v in defined if v in outs or not within.issuperset(uses.get(v, ()))]
-        node.outputs = sorted(leaving, key=_defining_index(flow.eqns, node.eqns))
+        leaving = [v for v in made if v in outs or not within.issuperset(uses.get(v, ()))]
+        node.outputs = sorted(leaving, key=made.__getitem__)
         finals = self.ctx.roles.state_final
-        node.state_out = [path for path, var in finals.items() if var in defined and under(path, node.anchor)]
+        node.state_out = [path for path, var in finals.items() if var in made and under(path, node.anchor)]
 
     def classify(self, node: Node, v: Any) -> tuple[Any, ...]:
         """How `node`'s def gets input `v`: an argument, its params/state subtree, or an extra."""
@@ -325,13 +326,3 @@ def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
     return parent is not None and any(
         source is node and v in ctx.flow.eqns[i].outvars for i, source in parent.hoisted.items()
     )
-
-
-def _defining_index(eqns: list[Any], within: set[int]) -> Callable[[Any], tuple[int, int]]:
-    """Where a value is made among the equations `within`: its equation, then its place among that
-    equation's outputs (a `split`'s); (-1, 0) if none of them makes it."""
-    made: dict[Any, tuple[int, int]] = {}
-    for i in sorted(within):
-        for j, v in enumerate(eqns[i].outvars):
-            made.setdefault(v, (i, j))
-    return lambda v: made.get(v, (-1, 0))

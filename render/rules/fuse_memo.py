@@ -252,16 +252,20 @@ class Memo:
             return None
 
     def _same_answers(self, recorder: Questions, same: Correspondence) -> bool:
-        graph = self.graph
-        for (kind, v), answer in recorder.log.items():
+        graph, forward, equations = self.graph, same.forward, same.equations
+        for (kind, v), answer in recorder.log.items():  # (in the order asked: answers bind values)
+            w = forward[v]  # `same(v)`: the log holds values only
             if kind == "producer":
-                if not same.equations(answer, graph.producer(same(v))):
+                if not equations(answer, graph.producer(w)):
                     return False
             elif kind == "users":
-                theirs = graph.users(same(v))
-                if len(theirs) != len(answer) or not all(map(same.equations, answer, theirs)):
+                theirs = graph.users(w)
+                if len(theirs) != len(answer) or not all(map(equations, answer, theirs)):
                     return False
-            elif not _same_value(answer, graph.constant(same(v))):
+            elif answer is None:
+                if graph.constant(w) is not None:
+                    return False
+            elif not _same_value(answer, graph.constant(w)):
                 return False
         return all(question(same) == answer for question, answer in recorder.checks)
 
