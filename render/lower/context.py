@@ -64,12 +64,7 @@ class Dataflow:
         """Each equation's parameters, types and literals as keys, made once (`comparable`)."""
         progress("repeated equations")
         self.alias = common_subexpressions(trace, self.keys)
-        alias = self.alias
-        self.eqns = [
-            eqn.replace(invars=[alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
-            if any(isinstance(v, Var) and v in alias for v in eqn.invars) else eqn
-            for eqn in self.jaxpr.eqns
-        ]
+        self.eqns = _resolved(self.jaxpr.eqns, self.alias)
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
         # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call;
         # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
@@ -178,6 +173,18 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
             for mine, theirs in zip(eqn.outvars, first.outvars):
                 alias[mine] = theirs
     return alias
+
+
+def _resolved(eqns: list[Any], alias: dict[Any, Any]) -> list[Any]:
+    """`eqns`, each reading a repeat's value reading the first one's instead."""
+    resolved = []
+    for eqn in eqns:
+        for v in eqn.invars:
+            if isinstance(v, Var) and v in alias:
+                eqn = eqn.replace(invars=[alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+                break
+        resolved.append(eqn)
+    return resolved
 
 
 def live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> set[int]:
