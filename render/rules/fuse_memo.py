@@ -91,7 +91,7 @@ class Correspondence:
         return True
 
     def binds(self, xs: Sequence[Any], ys: Sequence[Any]) -> bool:
-        """`bind` of each pair, in order (its common case, a value already bound, inline)."""
+        """`bind` of each pair, in order (its cases of values, the many, inline)."""
         forward, backward = self.forward, self.backward
         for x, y in zip(xs, ys):
             if type(x) is Literal or type(y) is Literal:  # (`Literal` is final)
@@ -147,13 +147,8 @@ class Correspondence:
             return False
         if a.effects != b.effects or not same_params_strictly(a.params, b.params):
             return False
-        bind = self.bind
-        for x, y in zip(a.outvars, b.outvars):
-            if not bind(x, y):
-                return False
-        for x, y in zip(a.invars, b.invars):
-            if not bind(x, y):
-                return False
+        if not self.binds(a.outvars, b.outvars) or not self.binds(a.invars, b.invars):
+            return False
         self.paired.add(pair)
         return True
 
