@@ -18,7 +18,7 @@ from jax.extend.core import Literal, Var
 from test_replay import llama_with_cache
 from test_shapes import hf_causal_lm
 
-from jaxside.render.lower import lower
+from jaxside.render.lower import calltree, lower
 from jaxside.render.lower.calltree import CallTree
 from jaxside.render.lower.comparable import Comparable, canonical
 from jaxside.render.lower.context import Context, common_subexpressions, live_eqns
@@ -214,7 +214,11 @@ def _plain_flow(tree: CallTree, node: Any) -> tuple[list[Any], list[Any], list[s
     return list(inputs), sorted(leaving, key=made.__getitem__), state, position
 
 
-def test_the_call_tree_data_flow_is_a_walk_of_each_calls_equations(traces):
+@pytest.mark.parametrize("merged", [True, False])
+def test_the_call_tree_data_flow_is_a_walk_of_each_calls_equations(traces, monkeypatch, merged):
+    """Merged from each node's children (the traces' order allows it) and walked node by node."""
+    if not merged:
+        monkeypatch.setattr(calltree, "_makers", lambda eqns, live: None)
     for trace in traces:
         tree = CallTree(Context(trace))
         for hoisted in (False, True):
@@ -245,3 +249,12 @@ def test_a_call_sites_attribute_as_parsing_its_text_says(text, path, expected):
     assert module_attribute(text, _Call(path)) == expected
     assert module_attribute(text, _Call(path)) == expected  # (again: the parse is kept)
     assert module_attribute(text, _Call(path, "Block.compute")) is None
+
+
+def test_values_made_twice_or_read_before_made_are_walked_node_by_node():
+    closed = jax.make_jaxpr(lambda x: jnp.sin(jnp.cos(x)))(jnp.ones(3))
+    cos, sin = closed.jaxpr.eqns
+    assert calltree._makers([cos, sin], {0, 1}) == {cos.outvars[0]: (0, 0), sin.outvars[0]: (1, 0)}
+    assert calltree._makers([sin, cos], {0, 1}) is None  # (sin reads what cos makes after it)
+    assert calltree._makers([cos, cos], {0, 1}) is None
+    assert calltree._makers([cos, cos], {1}) is not None  # (a dead equation makes nothing)

@@ -89,9 +89,53 @@ class CallTree:
         node.position = min([*node.own, *(c.position for c in node.children)], default=0)
         return node
 
-    def dataflow(self, node: Node) -> None:
+    def dataflow(self, root: Node) -> None:
+        """Each node's equations, inputs (in the order first read), outputs (in the order made) and
+        the state it writes. Where each value is made by one equation and read only after it (the
+        trace's order), a node's are merged from its own equations' and its children's (`_merged`):
+        each equation is read once, not once per call around it."""
+        makers = _makers(self.ctx.flow.eqns, self.ctx.flow.live)
+        if makers is None:
+            self._walked(root)
+        else:
+            self._merged(root, makers)
+
+    def _merged(self, node: Node, makers: dict[Any, tuple[int, int]]) -> dict[Any, tuple[int, int]]:
+        """`_walked`'s answers from the children's and the node's own equations, by where each value
+        is made (`makers`); returns where the node first reads each of its inputs."""
+        children = [self._merged(child, makers) for child in node.children]
+        node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
+        eqns = self.ctx.flow.eqns
+        first: dict[Any, tuple[int, int]] = {}
+        made: list[Any] = []
+        for i in node.own:
+            eqn = eqns[i]
+            for k, v in enumerate(eqn.invars):
+                if isinstance(v, Var):
+                    maker = makers.get(v)
+                    if (maker is None or maker[0] not in within) and first.get(v, (i, k)) >= (i, k):
+                        first[v] = (i, k)
+            made += eqn.outvars
+        for reads in children:
+            for v, at in reads.items():
+                maker = makers.get(v)
+                if (maker is None or maker[0] not in within) and first.get(v, at) >= at:
+                    first[v] = at
+        node.inputs = sorted(first, key=first.__getitem__)
+        # (a value made in a child and read beyond this node is read beyond the child: its output)
+        made += [v for c in node.children for v in c.outputs]
+        outs, uses = self.ctx.flow.program_outs, self.ctx.flow.uses
+        leaving = [v for v in made if v in outs or not within.issuperset(uses.get(v, ()))]
+        node.outputs = sorted(leaving, key=makers.__getitem__)
+        node.state_out = [
+            path for path, var in self.ctx.roles.state_final.items()
+            if (maker := makers.get(var)) is not None and maker[0] in within and under(path, node.anchor)
+        ]
+        return first
+
+    def _walked(self, node: Node) -> None:
         for child in node.children:
-            self.dataflow(child)
+            self._walked(child)
         node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
         flow = self.ctx.flow
         eqns = flow.eqns
@@ -326,3 +370,18 @@ def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
     return parent is not None and any(
         source is node and v in ctx.flow.eqns[i].outvars for i, source in parent.hoisted.items()
     )
+
+
+def _makers(eqns: list[Any], live: set[int]) -> dict[Any, tuple[int, int]] | None:
+    """Where each value a live equation makes is made (the equation, its place among the outputs);
+    None when a value is made twice or read before it is made."""
+    makers: dict[Any, tuple[int, int]] = {}
+    read: set[Any] = set()
+    for i in sorted(live):
+        eqn = eqns[i]
+        read.update([v for v in eqn.invars if isinstance(v, Var) and v not in makers])
+        for j, v in enumerate(eqn.outvars):
+            if v in makers or v in read:
+                return None
+            makers[v] = (i, j)
+    return makers
