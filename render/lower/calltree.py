@@ -97,14 +97,25 @@ class CallTree:
         makers = _makers(self.ctx.flow.eqns, self.ctx.flow.live)
         if makers is None:
             self._walked(root)
-        else:
-            self._merged(root, makers)
+            return
+        paths = list(self.ctx.roles.state_final)
+        finals: dict[int, list[int]] = {}  # by equation, the state paths whose new value it makes
+        for n, var in enumerate(self.ctx.roles.state_final.values()):
+            if var in makers:
+                finals.setdefault(makers[var][0], []).append(n)
+        self._merged(root, makers, finals, paths)
 
-    def _merged(self, node: Node, makers: dict[Any, tuple[int, int]]) -> dict[Any, tuple[int, int]]:
+    def _merged(
+        self, node: Node, makers: dict[Any, tuple[int, int]], finals: dict[int, list[int]], paths: list[str]
+    ) -> tuple[dict[Any, tuple[int, int]], set[int]]:
         """`_walked`'s answers from the children's and the node's own equations, by where each value
-        is made (`makers`); returns where the node first reads each of its inputs."""
-        children = [self._merged(child, makers) for child in node.children]
+        is made (`makers`); returns where the node first reads each of its inputs, and which state
+        paths it makes the new values of (by place in `paths`)."""
+        children = [self._merged(child, makers, finals, paths) for child in node.children]
         node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
+        written = set().union(*(w for _, w in children))
+        for i in node.own:
+            written.update(finals.get(i, ()))
         eqns = self.ctx.flow.eqns
         first: dict[Any, tuple[int, int]] = {}
         made: list[Any] = []
@@ -116,7 +127,7 @@ class CallTree:
                     if (maker is None or maker[0] not in within) and first.get(v, (i, k)) >= (i, k):
                         first[v] = (i, k)
             made += eqn.outvars
-        for reads in children:
+        for reads, _ in children:
             for v, at in reads.items():
                 maker = makers.get(v)
                 if (maker is None or maker[0] not in within) and first.get(v, at) >= at:
@@ -127,11 +138,8 @@ class CallTree:
         outs, uses = self.ctx.flow.program_outs, self.ctx.flow.uses
         leaving = [v for v in made if v in outs or not within.issuperset(uses.get(v, ()))]
         node.outputs = sorted(leaving, key=makers.__getitem__)
-        node.state_out = [
-            path for path, var in self.ctx.roles.state_final.items()
-            if (maker := makers.get(var)) is not None and maker[0] in within and under(path, node.anchor)
-        ]
-        return first
+        node.state_out = [paths[n] for n in sorted(written) if under(paths[n], node.anchor)]
+        return first, written
 
     def _walked(self, node: Node) -> None:
         for child in node.children:
