@@ -179,14 +179,20 @@ def test_liveness_and_repeats_as_a_plain_walk_finds_them(traces):
         assert alias == plain_alias
 
 
-def test_parameters_compare_the_same_with_jaxprs_printed_once():
+def test_parameters_compare_the_same_with_jaxprs_and_strings_printed_once(traces):
+    for trace in traces:
+        flow = Context(trace).flow  # (its idiom equations: each run's code, a string)
+        keys = Comparable()
+        for e in [*trace.jaxpr.jaxpr.eqns, *flow.eqns]:
+            assert keys.params(e.params) == canonical(e.params)
+        assert any(isinstance(k, str) for k in keys._memo)
     inner = jax.jit(lambda x: jnp.sin(x) * 2)
     closed = jax.make_jaxpr(lambda x: inner(inner(x)) + inner(x))(jnp.ones(3))
     calls = [e for e in closed.jaxpr.eqns if e.primitive.name in ("pjit", "jit")]
     assert len(calls) == 3
     keys = Comparable()
     assert [keys.params(e.params) for e in calls] == [canonical(e.params) for e in calls]
-    assert len(keys._jaxprs) == 1  # the three calls share one jaxpr: printed once
+    assert sum(isinstance(k, int) for k in keys._memo) == 1  # the calls share one jaxpr: printed once
 
 
 def _plain_flow(tree: CallTree, node: Any) -> tuple[list[Any], list[Any], list[str], int]:
