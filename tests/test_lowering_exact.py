@@ -6,14 +6,13 @@ equations, parameters made comparable, and the call tree's data flow (before and
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import pytest
 import torch
-from conftest import MODELS
+from conftest import load_model
 from jax.extend.core import Literal, Var
 from test_replay import llama_with_cache
 from test_shapes import hf_causal_lm
@@ -25,16 +24,6 @@ from jaxside.render.lower.context import Context, common_subexpressions, live_eq
 from jaxside.render.lower.value_names import module_attribute
 from jaxside.render.rules import fuse_memo, fusing
 from jaxside.tracing import Capture
-
-
-def _load(name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_exact_{name}", MODELS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +41,7 @@ def traces() -> list[Any]:
 
     lower(base, retrace)
     assert len(found) > 1
-    gpt = _load("tiny_gpt")
+    gpt = load_model("tiny_gpt")
     torch.manual_seed(0)
     small = gpt.GPT(gpt.GPTConfig(block_size=16, vocab_size=32, n_layer=3, n_head=2, n_embd=16)).eval()
     found.append(Capture(watch=[gpt.__file__])(small, torch.zeros(1, 8, dtype=torch.long)))
