@@ -9,6 +9,8 @@ changed afterwards.
 from __future__ import annotations
 
 import bisect
+import collections
+import functools
 import keyword
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -63,20 +65,13 @@ def assemble(
         pairs = list(zip(root.children, records))
     _spans(pairs, spans)
 
-    # Each equation goes to the innermost call whose span holds it; the rest to the root.
-    eqn_calls: list[Call] = []
-    for index, position in enumerate(positions):
-        call = root
-        while (inner := _child_holding(call, position, spans)) is not None:
-            call = inner
-        call.eqns.append(index)
-        eqn_calls.append(call)
+    eqn_calls = _innermost_calls(root, positions, spans)
 
     inputs = [Input(var, kind, name) for var, (kind, name) in zip(jaxpr.invars, entry.inputs)]
     n_out = len(returned.paths)
     outputs = list(zip(returned.paths, jaxpr.outvars[:n_out]))
     state = [StateUpdate(inputs[i], var) for i, var in zip(returned.mutated, jaxpr.outvars[n_out:])]
-    _dataflow(root, jaxpr)
+    _dataflow(root, jaxpr, eqn_calls)
     origins = _origins(root, jaxpr, inputs, sites, eqn_calls, entry.name)
     jax_parts: dict[str, Any] = {}
     if entry.frontend == "jax":  # what a JAX program adds: its own sub-jaxprs, its gradients
@@ -102,9 +97,13 @@ def _places(
     sites: list[Site | None] = []
     user_code: dict[int, bool] = {}  # by id: hashing a code object is slow; the jaxpr keeps them alive
     by_traceback: dict[int, Site | None] = {}  # equations a retrace replayed share their template's
+    position = 0
     for eqn in jaxpr.eqns:
-        previous = positions[-1] if positions else 0
-        positions.append(next((emitted_index[v] for v in eqn.outvars if v in emitted_index), previous))
+        for var in eqn.outvars:  # the first the capture saw emitted; else the place of the one before
+            if (found := emitted_index.get(var)) is not None:
+                position = found
+                break
+        positions.append(position)
         traceback = id(_internals.traceback_of(eqn))
         if traceback not in by_traceback:
             by_traceback[traceback] = _innermost_user_site(eqn, is_user_file, user_code, sources)
@@ -139,6 +138,8 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     the children of torch's containers among them (`downsample.1.eps`); never tensors or bools."""
     found: dict[str, Any] = {}
     for name, value in vars(receiver).items():
+        if type(value) in _NO_NUMBERS:
+            continue
         if is_number(value):
             found[name] = value
         elif not isinstance(value, (torch.nn.Module, torch.Tensor, type)):
@@ -154,6 +155,11 @@ def _attributes(receiver: torch.nn.Module) -> dict[str, Any]:
     return {path: v for path, v in found.items() if _nameable(path)}
 
 
+_NO_NUMBERS = frozenset({bool, str, type(None), dict, collections.OrderedDict, set, frozenset})
+"""Types whose values are no number and keep none by attribute (a module's own `_parameters`,
+`_forward_hooks`, `training`, ...): passed over without asking."""
+
+
 def _numbers_below(path: str, module: torch.nn.Module, depth: int) -> dict[str, Any]:
     """A child's numbers (`ln_1.eps`) and, where it is torch's own module, its children's, which
     its code reads out of sight (`downsample.1.eps` of a `Sequential(conv, norm)`), `depth` deep."""
@@ -165,6 +171,7 @@ def _numbers_below(path: str, module: torch.nn.Module, depth: int) -> dict[str, 
     return found
 
 
+@functools.lru_cache(maxsize=4096)  # the same attribute paths in every layer
 def _nameable(path: str) -> bool:
     """Attribute names, and ASCII positions of numbered children before the last (`0.eps`)."""
     *parents, last = path.split(".")
@@ -184,17 +191,57 @@ def _spans(pairs: list[tuple[Call, CallRecord]], spans: dict[Any, Any]) -> None:
 
 def _child_holding(call: Call, position: int, spans: dict[Any, Any]) -> Call | None:
     """The child of `call` whose span holds `position`: a bisection, as siblings run one after another."""
-    layout = spans.get(("children", id(call)))
+    starts, ends, ordered = _layout(call, spans)
+    if not ordered:  # never seen; kept exact all the same
+        return next((c for c, s, e in zip(call.children, starts, ends) if s <= position < e), None)
+    i = bisect.bisect_right(starts, position) - 1
+    return call.children[i] if i >= 0 and position < ends[i] else None
+
+
+def _layout(call: Call, spans: dict[Any, Any]) -> tuple[list[int], list[int], bool]:
+    """Where `call`'s children start and end, and whether each ends before the next starts."""
+    layout: tuple[list[int], list[int], bool] | None = spans.get(("children", id(call)))
     if layout is None:
         starts = [spans[id(c)][0] for c in call.children]
         ends = [spans[id(c)][1] for c in call.children]
         ordered = all(ends[i] <= starts[i + 1] for i in range(len(starts) - 1))
         layout = spans[("children", id(call))] = (starts, ends, ordered)
-    starts, ends, ordered = layout
-    if not ordered:  # never seen; kept exact all the same
-        return next((c for c, s, e in zip(call.children, starts, ends) if s <= position < e), None)
-    i = bisect.bisect_right(starts, position) - 1
-    return call.children[i] if i >= 0 and position < ends[i] else None
+    return layout
+
+
+def _holds(call: Call, spans: dict[Any, Any]) -> bool:
+    """Whether `call`'s span holds each of its children's (the root made up for a function has none)."""
+    if id(call) not in spans:
+        return True
+    start, end = spans[id(call)]
+    starts, ends, _ = _layout(call, spans)
+    return bool(start <= min(starts) and max(ends) <= end)
+
+
+def _innermost_calls(root: Call, positions: list[int], spans: dict[Any, Any]) -> list[Call]:
+    """Each equation's call: the innermost whose span holds its position (the root if none does).
+
+    Equations come in program order, mostly in the call of the one before: the search starts from
+    the calls that held the last one and still hold this one, not from the root each time (where
+    siblings overlap or a call outlasts its caller, never seen, from the root all the same)."""
+    ordered = all(_layout(call, spans)[2] and _holds(call, spans) for call in root.walk() if call.children)
+    eqn_calls: list[Call] = []
+    path = [root]
+    for index, position in enumerate(positions):
+        if not ordered:
+            del path[1:]
+        while len(path) > 1:
+            start, end = spans[id(path[-1])]
+            if start <= position < end:
+                break
+            path.pop()
+        call = path[-1]
+        while call.children and (inner := _child_holding(call, position, spans)) is not None:
+            call = inner
+            path.append(call)
+        call.eqns.append(index)
+        eqn_calls.append(call)
+    return eqn_calls
 
 
 def _innermost_user_site(
@@ -216,33 +263,65 @@ def _innermost_user_site(
     return sources.site(codes[i], lastis[i])
 
 
-def _dataflow(root: Call, jaxpr: Any) -> None:
-    """Fill each call's `inputs` (read, made outside) and `outputs` (made inside, used after)."""
-    uses: dict[Any, list[int]] = {}
-    for index, eqn in enumerate(jaxpr.eqns):
-        for var in eqn.invars:
-            if isinstance(var, _internals.Var):
-                uses.setdefault(var, []).append(index)
-    program_outputs = {v for v in jaxpr.outvars if isinstance(v, _internals.Var)}
-    eqns = jaxpr.eqns
+def _dataflow(root: Call, jaxpr: Any, eqn_calls: list[Call]) -> None:
+    """Fill each call's `inputs` (read, made outside) and `outputs` (made inside, used after).
+
+    A value crosses only the calls between the one that made it and the one that read it, below
+    the innermost call holding both; most are read where they were made, and cross none. Each
+    call's inputs come in the order it first read them, its outputs in the order it made them."""
+    parents: dict[int, Call | None] = {id(root): None}
+    depths: dict[int, int] = {id(root): 0}
+    calls = list(root.walk())
+    for call in calls:
+        for child in call.children:
+            parents[id(child)], depths[id(child)] = call, depths[id(call)] + 1
+    read: dict[int, dict[Any, None]] = {id(call): {} for call in calls}
+    maker: dict[Any, Call] = {}
+    above: dict[Any, int] = {}  # a value's shallowest reader outside its maker: that common call's depth
     var_type = _internals.Var
-    for call in root.walk():
-        own = call.all_eqns()
-        own_set = set(own)
-        defined: dict[Any, None] = {}
-        read: dict[Any, None] = {}
-        for index in own:
-            eqn = eqns[index]
-            for var in eqn.invars:
-                if isinstance(var, var_type) and var not in defined:
-                    read.setdefault(var)
-            for var in eqn.outvars:
-                defined.setdefault(var)
-        call.inputs = list(read)
-        call.outputs = [
-            v for v in defined
-            if v in program_outputs or any(i not in own_set for i in uses.get(v, ()))
-        ]
+    for index, eqn in enumerate(jaxpr.eqns):
+        call = eqn_calls[index]
+        for var in eqn.invars:
+            made = maker.get(var) if isinstance(var, var_type) else call
+            if made is call:
+                continue
+            common = _common(made, call, parents, depths)
+            scope: Call | None = call
+            while scope is not common and scope is not None:
+                read[id(scope)].setdefault(var)
+                scope = parents[id(scope)]
+            if made is not None and common is not None:
+                above[var] = min(above.get(var, depths[id(common)]), depths[id(common)])
+        for var in eqn.outvars:
+            maker[var] = call
+    for var in jaxpr.outvars:
+        if isinstance(var, var_type):
+            above[var] = -1  # a program output leaves every call that made it
+    made_here: dict[int, list[Any]] = {id(call): [] for call in calls}
+    for index, eqn in enumerate(jaxpr.eqns):
+        for var in eqn.outvars:
+            depth = above.get(var, len(depths))  # (read nowhere outside the call that made it)
+            scope = eqn_calls[index]
+            while scope is not None and depths[id(scope)] > depth:
+                made_here[id(scope)].append(var)
+                scope = parents[id(scope)]
+    for call in calls:
+        call.inputs = list(read[id(call)])
+        call.outputs = made_here[id(call)]
+
+
+def _common(
+    a: Call | None, b: Call, parents: dict[int, Call | None], depths: dict[int, int]
+) -> Call | None:
+    """The innermost call holding both `a` and `b` (None: `a` is None, made outside every call)."""
+    x: Call | None = a
+    y: Call | None = b
+    while x is not None and y is not None and x is not y:
+        if depths[id(x)] >= depths[id(y)]:
+            x = parents[id(x)]
+        else:
+            y = parents[id(y)]
+    return x if x is y else None
 
 
 def _origins(

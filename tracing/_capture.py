@@ -82,7 +82,9 @@ def record(session: Session, options: Capture) -> Trace:
         runs.append((returned, _internals.emitted_outvars(probe.frame)))
         return returned.values
 
-    closed = make_jaxpr_classified(traced, session.inputs(), session.entry.is_user_file)
+    # A retrace's failure is read by the sizes search alone (a refusal): no traceback to filter.
+    retrace = isinstance(session, TorchSession) and session.like is not None
+    closed = make_jaxpr_classified(traced, session.inputs(), session.entry.is_user_file, filtered=not retrace)
     reporter.tick("recording")
     returned, emitted = runs[-1]
     closed, entry = drop_unused_key(closed, session.entry)

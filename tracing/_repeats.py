@@ -31,14 +31,16 @@ class Repeats:
             if call.module_path is not None:
                 self.by_path.setdefault(call.module_path, []).append(call)
                 self.by_function.setdefault((call.function, call.file, call.line), []).append(call)
-        self._kinds: dict[int, Hashable] = {}
-        self._counts: dict[tuple[str, str, int], dict[Hashable, int]] = {}
+        self._kinds: dict[int, int] = {}
+        self._counts: dict[tuple[str, str, int], dict[int, int]] = {}
         self._jaxprs: dict[int, str] = {}
-        self._equations: dict[int, Hashable] = {}
+        self._equations: dict[int, int] = {}
+        self._interned: dict[Hashable, int] = {}
 
-    def kind(self, module_path: str, occurrence: int, code: CodeType) -> Hashable | None:
-        """What the `occurrence`-th call of the module at `module_path` was like in the trace, if it
-        ran `code` there and another call of `code` was alike; else None (not worth replaying)."""
+    def kind(self, module_path: str, occurrence: int, code: CodeType) -> int | None:
+        """What the `occurrence`-th call of the module at `module_path` was like in the trace (a
+        number, the same for calls alike), if it ran `code` there and another call of `code` was
+        alike; else None (not worth replaying)."""
         calls = [c for c in self.by_path.get(module_path, ()) if _runs(c, code)]
         if occurrence >= len(calls):
             return None
@@ -48,64 +50,66 @@ class Repeats:
             counts = self._counts[function] = {}
             if len(self.by_function.get(function, ())) > 1:
                 for call in self.by_function[function]:
-                    kind = self._kind(call)
-                    counts[kind] = counts.get(kind, 0) + 1
+                    alike = self._kind(call)
+                    counts[alike] = counts.get(alike, 0) + 1
         kind = self._kind(calls[occurrence]) if counts else None
         return kind if kind is not None and counts.get(kind, 0) > 1 else None
 
-    def _kind(self, call: Call) -> Hashable:
-        """Everything about `call` but its vars, its module path and where it was called from."""
+    def _kind(self, call: Call) -> int:
+        """Everything about `call` but its vars, its module path and where it was called from: what
+        each call below it was like and which of its equations each emitted, then its equations."""
         known = self._kinds.get(id(call))
-        if known is not None:
-            return known
-        base = call.module_path or ""
-        children = tuple(
-            (_relative(child.module_path, base), child.call_site, self._kind(child))
-            for child in call.children
-        )
-        seen = call.seen
-        kind = (
-            call.function, call.file, call.line, call.module_type, call.raised, self._body(call),
-            tuple((name, line, _plain(value)) for name, line, value in seen.numbers),
-            tuple(sorted((path, _plain(value)) for path, value in seen.attributes.items())),
-            seen.lines, len(seen.bindings), children,
-        )
-        self._kinds[id(call)] = kind
-        return kind
+        if known is None:
+            eqns = call.all_eqns()
+            place = {index: n for n, index in enumerate(eqns)}
+            tree: list[Hashable] = []
+            _shape(call, place, tree)
+            known = self._kinds[id(call)] = self._intern((tuple(tree), self._body(eqns)))
+        return known
 
-    def _body(self, call: Call) -> tuple[Hashable, ...]:
-        """The call's equations (its own and its children's) with their inputs as positions: which
-        equation made each, or which outside value it is, in the order first read."""
-        made: dict[Any, tuple[str, int, int]] = {}
-        outside: dict[Any, tuple[str, int]] = {}
-        body = []
-        for n, index in enumerate(call.all_eqns()):
+    def _intern(self, value: Hashable) -> int:
+        """A number for `value`, the same for equal values: the kinds compared and kept in keys are
+        numbers, hashed in no time, instead of nested tuples hashed whole at each lookup."""
+        return self._interned.setdefault(value, len(self._interned))
+
+    def _body(self, eqns: list[int]) -> tuple[Hashable, ...]:
+        """The equations `eqns` with their inputs as positions: which equation made each, or which
+        outside value it is, in the order first read."""
+        made: dict[Any, tuple[int, int]] = {}
+        outside: dict[Any, int] = {}
+        body: list[Hashable] = []
+        var_type = _internals.Var
+        for n, index in enumerate(eqns):
             eqn = self.eqns[index]
             inputs: list[Hashable] = []
             for var in eqn.invars:
-                if isinstance(var, _internals.Var):
-                    inputs.append(made.get(var) or outside.setdefault(var, ("in", len(outside))))
+                if isinstance(var, var_type):
+                    where = made.get(var)
+                    inputs.append(where if where is not None else outside.setdefault(var, len(outside)))
                 else:
                     inputs.append(("literal", repr(var)))
             for i, var in enumerate(eqn.outvars):
-                made[var] = ("eqn", n, i)
-            body.append((self._equation(index), tuple(inputs)))
+                made[var] = (n, i)
+            equation = self._equations.get(index)
+            if equation is None:
+                equation = self._equations[index] = self._intern(self._equation(eqn))
+            body.append((equation, tuple(inputs)))
         return tuple(body)
 
-    def _equation(self, index: int) -> Hashable:
-        """An equation but for its vars: primitive, params, output types (once per equation)."""
-        known = self._equations.get(index)
-        if known is None:
-            eqn = self.eqns[index]
-            params = tuple((name, self._param(value)) for name, value in eqn.params.items())
-            known = (eqn.primitive.name, params, tuple(v.aval for v in eqn.outvars))
-            self._equations[index] = known
-        return known
+    def _equation(self, eqn: Any) -> Hashable:
+        """An equation but for its vars: primitive, params, output types."""
+        params = tuple((name, self._param(value)) for name, value in eqn.params.items())
+        return (eqn.primitive.name, params, tuple(v.aval for v in eqn.outvars))
 
     def _param(self, value: object) -> Hashable:
         """A param as something to compare: plain values as they are, jaxprs by their text, other
         objects by their type (the rule a primitive stages per call, `custom_jvp_call`'s, is a new
         object each time; the params a replay emits are the template's own)."""
+        kind = type(value)
+        if kind in _PLAIN:
+            return value
+        if isinstance(value, tuple) and kind is tuple and all(type(item) in _PLAIN for item in value):
+            return value
         if isinstance(value, (bool, int, float, str, type(None), np.dtype, enum.Enum)):
             return value
         if isinstance(value, tuple):
@@ -118,8 +122,29 @@ class Repeats:
         return type(value).__qualname__
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+"""Params compared as they are, by exact type (`_param` asks no more of them)."""
+
+
 def _runs(call: Call, code: CodeType) -> bool:
     return (call.function, call.file, call.line) == (code.co_qualname, code.co_filename, code.co_firstlineno)
+
+
+def _shape(call: Call, place: dict[int, int], tree: list[Hashable]) -> None:
+    """`call` and each call below it, in pre-order, as a kind compares them: all but its vars, its
+    module path (each one's relative to its parent's) and its equations, with which of the asked
+    call's equations (their places in `place`) it emitted itself."""
+    seen = call.seen
+    tree.append((
+        call.function, call.file, call.line, call.module_type, call.raised,
+        tuple((name, line, _plain(value)) for name, line, value in seen.numbers),
+        tuple(sorted((path, _plain(value)) for path, value in seen.attributes.items())),
+        seen.lines, len(seen.bindings), tuple(map(place.__getitem__, call.eqns)), len(call.children),
+    ))
+    base = call.module_path or ""
+    for child in call.children:
+        tree.append((_relative(child.module_path, base), child.call_site))
+        _shape(child, place, tree)
 
 
 def _relative(path: str | None, base: str) -> str | None:

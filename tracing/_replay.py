@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,6 +44,22 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
                  "_global_backward_pre_hooks")
 
 
+class _Hooked:
+    """A module's own `__call__`, run with the frame hook `hook` (None: there is none to turn on)."""
+
+    def __init__(self, original: Callable[..., Any], hook: Any) -> None:
+        self.original, self.hook = original, hook
+
+    def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if self.hook is None:
+            return self.original(module, *args, **kwargs)
+        sys.settrace(self.hook)
+        try:
+            return self.original(module, *args, **kwargs)
+        finally:
+            sys.settrace(None)
+
+
 @dataclass
 class _Call:
     """One intercepted call, as its key sees it."""
@@ -60,6 +77,8 @@ class _Template:
     """A recorded call, to replay."""
 
     eqns: list[Any]
+    reads: list[list[tuple[bool, Any]]]
+    """Each equation's inputs: `(True, tracer)` a literal's, as it is; `(False, var)` a value's."""
     sources: dict[Any, list[tuple[str, Any]]]
     """Each outside input var -> where the call had it: `("arg", leaf index)`, `("state", name)`."""
     outputs: list[tuple[str, Any]]
@@ -103,6 +122,21 @@ class Replayer:
             nested = self.recording[-1]
             nested[id(module)] = nested.get(id(module), 0) + 1
             return original(module, *args, **kwargs)
+        # The replayer's own work runs with the frame hook off: under settrace (3.11) the hook is
+        # called for every frame, doubling the cost of what runs here, and none of it is the
+        # user's (a full run does not run it at all). The module's own code runs with it on.
+        hook = sys.gettrace()
+        if hook is not None:
+            sys.settrace(None)
+        try:
+            return self._call(_Hooked(original, hook), module, occurrence, args, kwargs)
+        finally:
+            if hook is not None:
+                sys.settrace(hook)
+
+    def _call(
+        self, original: _Hooked, module: torch.nn.Module, occurrence: int, args: Any, kwargs: Any
+    ) -> Any:
         trace = _internals.current_trace(getattr(self.probe, "frame", None))  # (`_probe.Probe`'s)
         seen = self._seen(module, occurrence, args, kwargs, trace)
         if seen is None:
@@ -206,17 +240,22 @@ class Replayer:
         if any(r.raised or not _receivers_in(r, call.paths) for r in records):
             return None
         _, spec = torch_pytree.tree_flatten(out)
-        return _Template(eqns, sources, outputs, spec, mutated, list(records), start, call.paths, resolved)
+        reads = [
+            [(True, t) if _internals.is_literal_tracer(t) else (False, t.val) for t in inputs]
+            for inputs in map(_internals.equation_inputs, eqns)
+        ]
+        return _Template(
+            eqns, reads, sources, outputs, spec, mutated, list(records), start, call.paths, resolved
+        )
 
     def _replay(self, template: _Template, call: _Call, trace: Any) -> Any:
         """The template's equations emitted on this call's inputs; its state updated; its value."""
         env = _inputs(template, call)
         start = self.probe.watermark()
-        for eqn in template.eqns:
-            inputs = [
-                t if _internals.is_literal_tracer(t) else env[t.val] for t in _internals.equation_inputs(eqn)
-            ]
-            env.update(zip(eqn.outvars, _internals.emit_like(trace, eqn, inputs)))
+        emit_like = _internals.emit_like
+        for eqn, reads in zip(template.eqns, template.reads):
+            inputs = [read if literal else env[read] for literal, read in reads]
+            env.update(zip(eqn.outvars, emit_like(trace, eqn, inputs)))
         state = dict(call.state)
         for name, var in template.mutated:
             _internals.set_jax_value(state[name], env[var])

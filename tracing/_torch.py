@@ -57,8 +57,11 @@ class TorchSession:
         self.bound = bind(fn.forward if isinstance(fn, torch.nn.Module) else fn, args, kwargs)
         is_user_file = user_files(fn, self.module, watch)
         self.module_paths: dict[int, str] = {}
+        self.modules: dict[str, torch.nn.Module] = {}
+        """Each module of the entry's by path (where `_swapped_state` puts the traced tensors)."""
         if self.module is not None:
-            self.module_paths = {id(m): p for p, m in self.module.named_modules(remove_duplicate=False)}
+            self.modules = dict(self.module.named_modules(remove_duplicate=False))
+            self.module_paths = {id(m): p for p, m in self.modules.items()}
         self.slots: list[_InputSlot] = []
         self.arg_leaves: dict[str, tuple[list[Any], Any]] = {}
         self.aliases: dict[str, list[str]] = {}
@@ -179,7 +182,7 @@ class TorchSession:
             for slot, tensor in zip(self.slots, tensors):
                 for name in self.aliases.get(slot.name, ()):
                     owner_path, _, attr = name.rpartition(".")
-                    owner = self.module.get_submodule(owner_path)
+                    owner = self.modules[owner_path]
                     for store in (owner._parameters, owner._buffers, owner.__dict__):
                         if attr in store:
                             saved.append((store, attr, store[attr]))
@@ -193,10 +196,13 @@ class TorchSession:
 
 def tensor_attributes(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """Plain tensor attributes (not params or buffers) such as a precomputed RoPE table."""
+    tensor, parameter = torch.Tensor, torch.nn.Parameter
     for path, sub in module.named_modules(remove_duplicate=False):
-        for attr, value in vars(sub).items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-                yield (f"{path}.{attr}" if path else attr), value
+        found = [(a, v) for a, v in vars(sub).items() if isinstance(v, tensor)]  # (few are: a list first)
+        for attr, value in found:
+            if isinstance(value, parameter):
+                continue
+            yield (f"{path}.{attr}" if path else attr), value
 
 
 def _flatten_with_path(value: Any) -> tuple[list[tuple[Any, Any]], Any]:

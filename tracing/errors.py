@@ -9,7 +9,8 @@ jaxside's own frames, with no user frame to blame, is a bug of ours (the CLI say
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -73,11 +74,17 @@ class OutputError(CaptureError):
 
 
 def make_jaxpr_classified(
-    traced: Callable[..., Any], inputs: list[Any], is_user_file: Callable[[str], bool]
+    traced: Callable[..., Any], inputs: list[Any], is_user_file: Callable[[str], bool], *,
+    filtered: bool = True,
 ) -> Any:
-    """`jax.make_jaxpr(traced)(*inputs)`, failures tracing can explain raised as `CaptureError`s."""
+    """`jax.make_jaxpr(traced)(*inputs)`, failures tracing can explain raised as `CaptureError`s.
+
+    Not `filtered`, a failure keeps JAX's own frames in its traceback, as JAX leaves it when its
+    filtering is off: for a caller that reads only the error (a retrace the sizes search makes),
+    as the filtering asks the file system about every frame (~10 ms a failure at 70B)."""
     try:
-        return jax.make_jaxpr(traced)(*inputs)
+        with _jax_frames_kept(not filtered):
+            return jax.make_jaxpr(traced)(*inputs)
     except CaptureError:
         raise
     except Exception as error:
@@ -85,6 +92,18 @@ def make_jaxpr_classified(
         if classified is None:
             raise
         raise classified from error
+
+
+@contextlib.contextmanager
+def _jax_frames_kept(kept: bool) -> Iterator[None]:
+    previous = jax.config.values["jax_traceback_filtering"]
+    if kept and previous != "off":
+        jax.config.update("jax_traceback_filtering", "off")
+    try:
+        yield
+    finally:
+        if kept and previous != "off":
+            jax.config.update("jax_traceback_filtering", previous)
 
 
 _VALUE_NEEDED = (

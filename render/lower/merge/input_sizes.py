@@ -212,6 +212,8 @@ class _Tries:
     def __init__(self, program: Program, relower: Callable[[Resize], Program]) -> None:
         self.program, self.relower = program, relower
         self.made: dict[tuple[Any, ...], Plan | str] = {}
+        self.unfit: dict[tuple[Any, ...], str] = {}
+        """Attempts asked only whether they unify, that do not: why, maybe from fewer sizes."""
         self.programs: dict[tuple[Any, ...], Program | str] = {}
 
     def either(self, dims: list[Dim], below: bool = True) -> Plan | str:
@@ -220,10 +222,10 @@ class _Tries:
         up = self.attempt([dims], frozenset())
         if not isinstance(up, str) or not below or len(smaller(dims[0].size)) < 2:
             return up
-        down = self.attempt([dims], frozenset({0}))
+        down = self.attempt([dims], frozenset({0}), plan_only=True)  # why not: `up` says
         return up if isinstance(down, str) else down
 
-    def attempt(self, sets: list[list[Dim]], down: frozenset[int]) -> Plan | str:
+    def attempt(self, sets: list[list[Dim]], down: frozenset[int], plan_only: bool = False) -> Plan | str:
         """The plan unifying the program at three sizes of `sets`, or why there is none.
 
         A set goes up from its traced size n (n, 2n, (3 + k)n; the k-th set) or, in `down`, below
@@ -232,23 +234,36 @@ class _Tries:
         and the program at the first is written: it computes the same at n, which `--check`
         compares). A size of 1 broadcasts where no other does (torch and jnp bind nothing for an
         identity broadcast), so sets traced at 1 are unified at 2, 3 and 4, ..., and the program
-        at 2 is the one written: it computes the same at 1."""
-        key = (tuple(tuple(map(str, dims)) for dims in sets), down)
-        if key not in self.made:
-            plan = self._unify(sets, _rows(sets, down, False))
-            if isinstance(plan, str) and down and all(len(smaller(sets[k][0].size)) == 3 for k in down):
-                below = self._unify(sets, _rows(sets, down, True))
-                if isinstance(below, Plan):
-                    plan, below.below = below, True
-            if not isinstance(plan, str):
-                ups = {k: self.attempt([sets[k]], frozenset()) for k in down}
-                plan.bounded = {k: up if isinstance(up, str) else "" for k, up in ups.items()}
-            self.made[key] = plan
-        return self.made[key]
+        at 2 is the one written: it computes the same at 1.
 
-    def _unify(self, sets: list[list[Dim]], rows: list[list[int]]) -> Plan | str:
-        programs = []
+        With `plan_only` (the caller reads no reason), the last size is not traced where the
+        programs at the others already cannot be one (`Unfit.more`): the reason is theirs."""
+        key = (tuple(tuple(map(str, dims)) for dims in sets), down)
+        if key in self.made or plan_only and key in self.unfit:
+            return self.made[key] if key in self.made else self.unfit[key]
+        plan = self._unify(sets, _rows(sets, down, False), plan_only)
+        if isinstance(plan, str) and down and all(len(smaller(sets[k][0].size)) == 3 for k in down):
+            below = self._unify(sets, _rows(sets, down, True), plan_only)
+            if isinstance(below, Plan):
+                plan, below.below = below, True
+        if not isinstance(plan, str):
+            ups = {k: self.attempt([sets[k]], frozenset()) for k in down}
+            plan.bounded = {k: up if isinstance(up, str) else "" for k, up in ups.items()}
+        if plan_only and isinstance(plan, str):
+            self.unfit[key] = plan
+        else:
+            self.made[key] = plan
+        return plan
+
+    def _unify(self, sets: list[list[Dim]], rows: list[list[int]], plan_only: bool = False) -> Plan | str:
+        programs: list[Program] = []
         for row in rows:
+            if plan_only and len(programs) == len(rows) - 1 > 1:
+                try:  # the programs so far: not one with any other either
+                    unify(programs[0], programs[1:])
+                except Unfit as error:
+                    if error.more:
+                        return str(error)
             found = self._at(sets, row)
             if isinstance(found, str):
                 return found

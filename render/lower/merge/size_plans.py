@@ -20,7 +20,15 @@ REFUSED = "the torch code fails at"
 """How the reason for a size the torch code itself does not take begins (no guard for those)."""
 
 class Unfit(Exception):
-    """The programs at two sizes cannot be one program; the message says why."""
+    """The programs at two sizes cannot be one program; the message says why.
+
+    `more`: the programs with any others cannot be one either. So for every reason but a statement
+    of another form (`parallel_diff`): a number that is an int at one size and the same float at
+    another is of another form, yet follows the size once a third size gives another number."""
+
+    def __init__(self, message: str, more: bool = True) -> None:
+        super().__init__(message)
+        self.more = more
 
 
 @dataclass
@@ -115,7 +123,7 @@ def unify(base: Program, others: list[Program]) -> Plan:
         for statements in zip(*(t.body for t in trees)):
             diffs: list[Any] = []
             if not parallel_diff(list(statements), diffs, numbers=True):
-                raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)")
+                raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)", False)
             if not diffs:
                 continue
             # Values the statement reads exist before it; in a loop or a nested def, maybe not.
@@ -131,6 +139,8 @@ def unify(base: Program, others: list[Program]) -> Plan:
                     raise Unfit(f"{where} follows the size, but no shape of its values gives it")
                 is_float = any(isinstance(v, float) for v in values)
                 plan.changes.append(_Change(function, parent, attr, at, found, is_float))
+        if len({len(t.body) for t in trees}) > 1:  # `zip` stopped at the shortest: statements more or fewer
+            raise Unfit(f"`{function.name}` changes with the size (a Python branch or loop on it)")
     return plan
 
 
