@@ -9,7 +9,7 @@ values (a cell's `x[:, t]`) out to the caller so the calls share one def again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,34 +79,89 @@ class CallTree:
             anchor = call.module_path
         else:
             anchor = parent.anchor
-        eqns = [i for i in call.all_eqns() if i in self.ctx.flow.live]
-        if not eqns and parent is not None:
-            return None
-        node = Node(call, parent, anchor, min(eqns) if eqns else 0)
-        node.own = [i for i in call.eqns if i in self.ctx.flow.live]
+        live = self.ctx.flow.live
+        node = Node(call, parent, anchor, 0)
+        node.own = [i for i in call.eqns if i in live]
+        # (a child is None when none of its equations is live: its first live one is its position)
         node.children = [c for c in (self.build(child, node) for child in call.children) if c is not None]
+        if not node.own and not node.children and parent is not None:
+            return None
+        node.position = min([*node.own, *(c.position for c in node.children)], default=0)
         return node
 
-    def dataflow(self, node: Node) -> None:
+    def dataflow(self, root: Node) -> None:
+        """Each node's equations, inputs (in the order first read), outputs (in the order made) and
+        the state it writes. Where each value is made by one equation and read only after it (the
+        trace's order), a node's are merged from its own equations' and its children's (`_merged`):
+        each equation is read once, not once per call around it."""
+        makers = _makers(self.ctx.flow.eqns, self.ctx.flow.live)
+        if makers is None:
+            self._walked(root)
+            return
+        paths = list(self.ctx.roles.state_final)
+        finals: dict[int, list[int]] = {}  # by equation, the state paths whose new value it makes
+        for n, var in enumerate(self.ctx.roles.state_final.values()):
+            if var in makers:
+                finals.setdefault(makers[var][0], []).append(n)
+        self._merged(root, makers, finals, paths)
+
+    def _merged(
+        self, node: Node, makers: dict[Any, tuple[int, int]], finals: dict[int, list[int]], paths: list[str]
+    ) -> tuple[dict[Any, tuple[int, int]], set[int]]:
+        """`_walked`'s answers from the children's and the node's own equations, by where each value
+        is made (`makers`); returns where the node first reads each of its inputs, and which state
+        paths it makes the new values of (by place in `paths`)."""
+        children = [self._merged(child, makers, finals, paths) for child in node.children]
+        node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
+        written = set().union(*(w for _, w in children))
+        for i in node.own:
+            written.update(finals.get(i, ()))
+        eqns = self.ctx.flow.eqns
+        first: dict[Any, tuple[int, int]] = {}
+        made: list[Any] = []
+        for i in node.own:
+            eqn = eqns[i]
+            for k, v in enumerate(eqn.invars):
+                if isinstance(v, Var):
+                    maker = makers.get(v)
+                    if (maker is None or maker[0] not in within) and first.get(v, (i, k)) >= (i, k):
+                        first[v] = (i, k)
+            made += eqn.outvars
+        for reads, _ in children:
+            for v, at in reads.items():
+                maker = makers.get(v)
+                if (maker is None or maker[0] not in within) and first.get(v, at) >= at:
+                    first[v] = at
+        node.inputs = sorted(first, key=first.__getitem__)
+        # (a value made in a child and read beyond this node is read beyond the child: its output)
+        made += [v for c in node.children for v in c.outputs]
+        outs, uses = self.ctx.flow.program_outs, self.ctx.flow.uses
+        leaving = [v for v in made if v in outs or not within.issuperset(uses.get(v, ()))]
+        node.outputs = sorted(leaving, key=makers.__getitem__)
+        node.state_out = [paths[n] for n in sorted(written) if under(paths[n], node.anchor)]
+        return first, written
+
+    def _walked(self, node: Node) -> None:
         for child in node.children:
-            self.dataflow(child)
-        node.eqns = set(node.own).union(*(c.eqns for c in node.children))
-        defined: set[Any] = set()
-        inputs: dict[Any, None] = {}
-        for i in sorted(node.eqns):
-            for v in self.ctx.flow.eqns[i].invars:
-                if isinstance(v, Var) and v not in defined:
-                    inputs.setdefault(v)
-            defined.update(self.ctx.flow.eqns[i].outvars)
-        node.inputs = list(inputs)
+            self._walked(child)
+        node.eqns = within = set(node.own).union(*(c.eqns for c in node.children))
         flow = self.ctx.flow
-        leaving = [
-            v for v in defined
-            if v in flow.program_outs or any(u not in node.eqns for u in flow.uses.get(v, ()))
-        ]
-        node.outputs = sorted(leaving, key=_defining_index(flow.eqns, node.eqns))
+        eqns = flow.eqns
+        made: dict[Any, tuple[int, int]] = {}  # each value made within: (equation, output)
+        inputs: dict[Any, None] = {}
+        for i in sorted(within):
+            eqn = eqns[i]
+            for v in eqn.invars:
+                if isinstance(v, Var) and v not in made:
+                    inputs.setdefault(v)
+            for j, v in enumerate(eqn.outvars):
+                made.setdefault(v, (i, j))
+        node.inputs = list(inputs)
+        outs, uses = flow.program_outs, flow.uses
+        leaving = [v for v in made if v in outs or not within.issuperset(uses.get(v, ()))]
+        node.outputs = sorted(leaving, key=made.__getitem__)
         finals = self.ctx.roles.state_final
-        node.state_out = [path for path, var in finals.items() if var in defined and under(path, node.anchor)]
+        node.state_out = [path for path, var in finals.items() if var in made and under(path, node.anchor)]
 
     def classify(self, node: Node, v: Any) -> tuple[Any, ...]:
         """How `node`'s def gets input `v`: an argument, its params/state subtree, or an extra."""
@@ -142,6 +197,10 @@ class CallTree:
         """The first torch local `node`'s call bound `v` to, if any."""
         if not isinstance(v, Var):
             return next((n for n, _, var in node.call.seen.bindings if self.ctx.flow.resolve(var) is v), None)
+        return self._names(node).get(v)
+
+    def _names(self, node: Node) -> dict[Any, str]:
+        """`node`'s call's torch locals by the value first bound to them."""
         names = self._local_names.get(id(node.call))  # (the trace, which holds the calls, outlives this)
         if names is None:
             names = self._local_names[id(node.call)] = {}
@@ -149,7 +208,7 @@ class CallTree:
                 bound = self.ctx.flow.resolve(var)
                 if isinstance(bound, Var):
                     names.setdefault(bound, name)
-        return names.get(v)
+        return names
 
     def returned(self, node: Node) -> list[tuple[str, Any]]:
         if node.parent is None:
@@ -197,6 +256,7 @@ class CallTree:
             return refs[v]
 
         parts: list[Any] = [node.code, node.anchor is None]
+        eqns, sites, names = self.ctx.flow.eqns, self.ctx.trace.eqn_sites, self._names(node)
         for position, item in enumerate(self.items(node)):
             if isinstance(item, Node):
                 parts.append(
@@ -214,21 +274,21 @@ class CallTree:
                 for j, v in enumerate(item.outputs):
                     refs[v] = ("call", position, j)
                 continue
-            eqn = self.ctx.flow.eqns[item]
             if item in exclude:
                 continue
-            site = self.ctx.trace.eqn_sites[item]
+            eqn, site = eqns[item], sites[item]
+            outvars = eqn.outvars
             parts.append(
                 (
                     eqn.primitive.name,
                     keys.params(eqn.params),
-                    tuple(ref(v) for v in eqn.invars),
-                    tuple(keys.type(v.aval) for v in eqn.outvars),
+                    tuple([ref(v) for v in eqn.invars]),
+                    tuple([keys.type(v.aval) for v in outvars]),
                     (site.line, site.col, site.end_line, site.end_col) if site else None,
-                    tuple(self.local_name(node, v) for v in eqn.outvars),
+                    tuple([names.get(v) for v in outvars]),
                 )
             )
-            for j, v in enumerate(eqn.outvars):
+            for j, v in enumerate(outvars):
                 refs[v] = ("eqn", position, j)
         parts.append(("returns", tuple((p, ref(v)) for p, v in self.returned(node))))
         # The state it writes, relative to its subtree as its def returns it: the layers of a
@@ -320,11 +380,16 @@ def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
     )
 
 
-def _defining_index(eqns: list[Any], within: set[int]) -> Callable[[Any], tuple[int, int]]:
-    """Where a value is made among the equations `within`: its equation, then its place among that
-    equation's outputs (a `split`'s); (-1, 0) if none of them makes it."""
-    made: dict[Any, tuple[int, int]] = {}
-    for i in sorted(within):
-        for j, v in enumerate(eqns[i].outvars):
-            made.setdefault(v, (i, j))
-    return lambda v: made.get(v, (-1, 0))
+def _makers(eqns: list[Any], live: set[int]) -> dict[Any, tuple[int, int]] | None:
+    """Where each value a live equation makes is made (the equation, its place among the outputs);
+    None when a value is made twice or read before it is made."""
+    makers: dict[Any, tuple[int, int]] = {}
+    read: set[Any] = set()
+    for i in sorted(live):
+        eqn = eqns[i]
+        read.update([v for v in eqn.invars if isinstance(v, Var) and v not in makers])
+        for j, v in enumerate(eqn.outvars):
+            if v in makers or v in read:
+                return None
+            makers[v] = (i, j)
+    return makers

@@ -28,12 +28,14 @@ class Comparable:
         self._params: dict[int, tuple[Any, Any]] = {}
         self._types: dict[Any, str] = {}
         self._literals: dict[Any, tuple[str, str, str]] = {}
+        self._memo: dict[Any, Any] = {}
+        """What `canonical` keeps: jaxprs' texts by id, strings' by the string."""
 
     def params(self, params: Any) -> Any:
         """`canonical(params)`, once per parameters dict (an equation and its copies share one)."""
         hit = self._params.get(id(params))
         if hit is None or hit[0] is not params:
-            hit = self._params[id(params)] = (params, canonical(params))
+            hit = self._params[id(params)] = (params, canonical(params, self._memo))
         return hit[1]
 
     def type(self, aval: Any) -> str:
@@ -58,17 +60,32 @@ class Comparable:
         return found
 
 
-def canonical(value: Any) -> Any:
+def canonical(value: Any, memo: dict[Any, Any] | None = None) -> Any:
     """A parameter's value as something `==` compares by content: nested tuples and text (jaxprs
-    printed, arrays by their bytes, object addresses dropped)."""
-    if type(value) in _NUMBERS:
+    printed, arrays by their bytes, object addresses dropped).
+
+    `memo`, if given, keeps each jaxpr's text by its id (a jaxpr does not change, and the calls of
+    one jitted function share one: printed once) and each string's by the string (the code of every
+    idiom equation `fuse` writes)."""
+    kind = type(value)
+    if kind in _NUMBERS:
         return repr(value)
+    if kind is str and memo is not None:
+        text = memo.get(value)
+        if text is None:
+            text = memo[value] = re.sub(r"0x[0-9a-f]+", "", repr(value))
+        return text
     if isinstance(value, dict):
-        return tuple((k, canonical(v)) for k, v in value.items())
+        return tuple([(k, canonical(v, memo)) for k, v in value.items()])
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
-        return tuple(canonical(v) for v in value)
+        return tuple([canonical(v, memo) for v in value])
     if isinstance(value, (ClosedJaxpr, Jaxpr)):
-        return str(value)
+        if memo is None:
+            return str(value)
+        hit = memo.get(id(value))  # (an int: no string is equal to it)
+        if hit is None or hit[0] is not value:
+            hit = memo[id(value)] = (value, str(value))
+        return hit[1]
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
     return re.sub(r"0x[0-9a-f]+", "", repr(value))

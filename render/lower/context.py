@@ -64,12 +64,7 @@ class Dataflow:
         """Each equation's parameters, types and literals as keys, made once (`comparable`)."""
         progress("repeated equations")
         self.alias = common_subexpressions(trace, self.keys)
-        alias = self.alias
-        self.eqns = [
-            eqn.replace(invars=[alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
-            if any(isinstance(v, Var) and v in alias for v in eqn.invars) else eqn
-            for eqn in self.jaxpr.eqns
-        ]
+        self.eqns = _resolved(self.jaxpr.eqns, self.alias)
         outvars = [self.resolve(v) for v in self.jaxpr.outvars]
         # Runs of equations one `jnp` expression stages (`x[i]`, `x.at[i].set(v)`), within one call;
         # the results of one with several (`q, k, v = jnp.split(...)`) from one torch expression.
@@ -86,8 +81,9 @@ class Dataflow:
         self.program_outs = {v for v in outvars if isinstance(v, Var)}
         self.available = {v for i in self.live for v in self.eqns[i].outvars}
         self.available.update(self.jaxpr.invars, self.jaxpr.constvars)
+        gradients = trace.gradients.keys()
         self.backward_eqns = {
-            i for i, eqn in enumerate(self.eqns) if any(v in trace.gradients for v in eqn.outvars)
+            i for i, eqn in enumerate(self.eqns) if gradients and not gradients.isdisjoint(eqn.outvars)
         }
         self.outputs = [(p, self.resolve(v)) for p, v in trace.outputs]
 
@@ -146,6 +142,7 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
     keys = keys or Comparable()
     params_key, type_key, literal_key = keys.params, keys.type, keys.literal
     alias: dict[Any, Any] = {}
+    resolve = alias.get
     for call in trace.root.walk():
         # By primitive, operands and outputs first: the parameters made comparable (`canonical`,
         # most of the cost) only for equations that agree on those, and once each.
@@ -155,9 +152,9 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
             if eqn.effects:
                 continue
             operands = tuple(
-                literal_key(v) if isinstance(v, Literal) else alias.get(v, v) for v in eqn.invars
+                [literal_key(v) if type(v) is Literal else resolve(v, v) for v in eqn.invars]  # (final)
             )
-            key = (eqn.primitive.name, operands, tuple(type_key(v.aval) for v in eqn.outvars))
+            key = (eqn.primitive.name, operands, tuple([type_key(v.aval) for v in eqn.outvars]))
             earlier = seen.get(key)
             if earlier is None:
                 seen[key] = [[None, eqn]]
@@ -178,16 +175,29 @@ def common_subexpressions(trace: Trace, keys: Comparable | None = None) -> dict[
     return alias
 
 
+def _resolved(eqns: list[Any], alias: dict[Any, Any]) -> list[Any]:
+    """`eqns`, each reading a repeat's value reading the first one's instead."""
+    resolved = []
+    for eqn in eqns:
+        for v in eqn.invars:
+            if isinstance(v, Var) and v in alias:
+                eqn = eqn.replace(invars=[alias.get(v, v) if isinstance(v, Var) else v for v in eqn.invars])
+                break
+        resolved.append(eqn)
+    return resolved
+
+
 def live_eqns(eqns: list[Any], outvars: list[Any], alias: dict[Any, Any]) -> set[int]:
     needed = {v for v in outvars if isinstance(v, Var)}
     live: set[int] = set()
+    repeats = alias.keys()
     for i in range(len(eqns) - 1, -1, -1):
         eqn = eqns[i]
-        if any(v in alias for v in eqn.outvars):
+        if not repeats.isdisjoint(eqn.outvars):
             continue  # a repeat: its first occurrence computes it
-        if eqn.effects or any(v in needed for v in eqn.outvars):
+        if eqn.effects or not needed.isdisjoint(eqn.outvars):
             live.add(i)
-            needed.update(v for v in eqn.invars if isinstance(v, Var))
+            needed.update([v for v in eqn.invars if isinstance(v, Var)])
     return live
 
 

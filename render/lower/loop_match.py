@@ -7,11 +7,11 @@ each segment reads its own of. Only matching: `loop_making` writes the loop.
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass, field
 from typing import cast
 
 from jaxside.render.ir import Statement
+from jaxside.render.lower.clone import clone
 from jaxside.render.lower.loop_headers import counting_ints, even_steps
 from jaxside.render.lower.loop_inputs import Inputs, layout, own_inputs, read_outside
 from jaxside.render.lower.loop_outputs import Collected, Earlier, collected_lists, returned_spans
@@ -41,7 +41,7 @@ class Pattern:
 
 def _form(statements: list[Statement]) -> tuple[str, list[tuple[str, str]], list[int], list[str]]:
     """A segment as (skeleton, name uses, integers, names it defines)."""
-    module = ast.Module([copy.deepcopy(s.node()) for s in statements], [])
+    module = ast.Module([clone(s.node()) for s in statements], [])
     uses: list[tuple[str, str]] = []
     ints: list[int] = []
     defined: list[str] = []

@@ -6,6 +6,7 @@ new state of a child call (`new_kv_cache_state`)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Any
 
@@ -69,15 +70,23 @@ def module_attribute(text: str | None, call: Any) -> str | None:
     path = getattr(call, "module_path", None) or ""
     if not str(getattr(call, "function", "")).endswith(".forward"):
         return None  # a method called by its name (`self.attn.compute(x)`): the expression says it
+    attribute = _called_attribute(text) if text else None
+    keys = path.split(".") if path else []
+    if attribute is None or not keys or attribute in keys or naming.is_index(keys[-1]):
+        return None
+    return naming.identifier(keys[-1])
+
+
+@functools.lru_cache(maxsize=1024)
+def _called_attribute(text: str) -> str | None:
+    """`mlpf` where `text` is a call of an attribute (`self.mlpf(x)`), else None: parsed once per
+    text (each layer's call of its sublayers has the same)."""
     try:
-        node = ast.parse(text.strip(), mode="eval").body if text else None
+        node = ast.parse(text.strip(), mode="eval").body
     except SyntaxError:
         return None
     func = node.func if isinstance(node, ast.Call) else None
-    keys = path.split(".") if path else []
-    if not isinstance(func, ast.Attribute) or not keys or func.attr in keys or naming.is_index(keys[-1]):
-        return None
-    return naming.identifier(keys[-1])
+    return func.attr if isinstance(func, ast.Attribute) else None
 
 
 def cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | None:

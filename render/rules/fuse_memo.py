@@ -90,6 +90,45 @@ class Correspondence:
         self.backward[y] = x
         return True
 
+    def binds(self, xs: Sequence[Any], ys: Sequence[Any]) -> bool:
+        """`bind` of each pair, in order (its cases of values, the many, inline)."""
+        forward, backward = self.forward, self.backward
+        for x, y in zip(xs, ys):
+            if type(x) is Literal or type(y) is Literal:  # (`Literal` is final)
+                if not self.bind(x, y):
+                    return False
+                continue
+            known = forward.get(x)
+            if known is None:
+                if y in backward or type(x) is not type(y) or (x is not y and x.aval != y.aval):
+                    return False
+                forward[x] = y
+                backward[y] = x
+            elif known is not y:
+                return False
+        return True
+
+    def spans(self, eqns: list[Any], first: Sequence[int], span: Sequence[int], alive: set[int]) -> bool:
+        """Whether the equations of `first` and `span`, by position, are the same but for their
+        values (`equations`), and alive alike."""
+        paired, binds = self.paired, self.binds
+        for i, j in zip(first, span):
+            if (i in alive) is not (j in alive):
+                return False
+            a, b = eqns[i], eqns[j]
+            pair = (id(a), id(b))
+            if pair in paired:
+                continue
+            if (
+                a.primitive is not b.primitive or len(a.invars) != len(b.invars)
+                or len(a.outvars) != len(b.outvars) or a.effects != b.effects
+                or not (a.params is b.params or same_params_strictly(a.params, b.params))
+                or not binds(a.outvars, b.outvars) or not binds(a.invars, b.invars)
+            ):
+                return False
+            paired.add(pair)
+        return True
+
     def __call__(self, x: Any) -> Any:
         if not isinstance(x, Var):
             return x
@@ -108,13 +147,8 @@ class Correspondence:
             return False
         if a.effects != b.effects or not same_params_strictly(a.params, b.params):
             return False
-        bind = self.bind
-        for x, y in zip(a.outvars, b.outvars):
-            if not bind(x, y):
-                return False
-        for x, y in zip(a.invars, b.invars):
-            if not bind(x, y):
-                return False
+        if not self.binds(a.outvars, b.outvars) or not self.binds(a.invars, b.invars):
+            return False
         self.paired.add(pair)
         return True
 
@@ -197,9 +231,7 @@ class Memo:
         self, first: Sequence[int], recorder: Questions, runs: Runs, span: Sequence[int]
     ) -> Runs | None:
         same, alive, eqns = Correspondence(), self.alive, self.eqns
-        if not all(
-            (i in alive) == (j in alive) and same.equations(eqns[i], eqns[j]) for i, j in zip(first, span)
-        ):
+        if not same.spans(eqns, first, span, alive):
             return None
         if not self._same_constants(same):
             return None
@@ -215,16 +247,20 @@ class Memo:
             return None
 
     def _same_answers(self, recorder: Questions, same: Correspondence) -> bool:
-        graph = self.graph
-        for (kind, v), answer in recorder.log.items():
+        graph, forward, equations = self.graph, same.forward, same.equations
+        for (kind, v), answer in recorder.log.items():  # (in the order asked: answers bind values)
+            w = forward[v]  # `same(v)`: the log holds values only
             if kind == "producer":
-                if not same.equations(answer, graph.producer(same(v))):
+                if not equations(answer, graph.producer(w)):
                     return False
             elif kind == "users":
-                theirs = graph.users(same(v))
-                if len(theirs) != len(answer) or not all(map(same.equations, answer, theirs)):
+                theirs = graph.users(w)
+                if len(theirs) != len(answer) or not all(map(equations, answer, theirs)):
                     return False
-            elif not _same_value(answer, graph.constant(same(v))):
+            elif answer is None:
+                if graph.constant(w) is not None:
+                    return False
+            elif not _same_value(answer, graph.constant(w)):
                 return False
         return all(question(same) == answer for question, answer in recorder.checks)
 

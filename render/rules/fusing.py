@@ -254,7 +254,8 @@ def live(eqns: list[Any], wanted: set[Any]) -> set[int]:
     """The equations whose values reach `wanted` (or that have effects)."""
     needed, found = set(wanted), set()
     for i in range(len(eqns) - 1, -1, -1):
-        if eqns[i].effects or any(v in needed for v in eqns[i].outvars):
+        eqn = eqns[i]
+        if eqn.effects or not needed.isdisjoint(eqn.outvars):
             found.add(i)
-            needed.update(v for v in eqns[i].invars if isinstance(v, Var))
+            needed.update([v for v in eqn.invars if isinstance(v, Var)])
     return found
