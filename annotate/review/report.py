@@ -103,12 +103,15 @@ def _agreed_until(torch: Any, port: Any, alignment: Any, torch_label: dict[str, 
                   port_label: dict[str, str]) -> list[str]:
     """The last port value the first divergent one is computed from that equals a torch value:
     the bug is in the port's lines after it, up to the divergent one (a missing step, such as an
-    attention scale torch folds into its fused call, has no port value of its own to name)."""
+    attention scale torch folds into its fused call, has no port value of its own to name). The
+    divergent value itself when it equals an earlier torch value: the port skipped torch's step
+    from that one (the scores it masks unscaled)."""
     first = alignment.first
     partners = {pair.port_var: pair.torch_var for pair in alignment.pairs
                 if pair.close and pair.port_var is not None}
     order = {var: i for i, var in enumerate(port.checkpoints)}
-    agreed = [var for var in port.ancestors.get(first.port_var, ()) if var in partners and var in order]
+    agreed = [var for var in {*port.ancestors.get(first.port_var, ()), first.port_var}
+              if var in partners and var in order]
     if not agreed:
         return []
     last = max(agreed, key=order.__getitem__)
