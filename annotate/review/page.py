@@ -120,7 +120,6 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
                                f"<td class=n>{numbers}</td><td class=t>{torch_html}</td>"
                                f"<td class=e>{chr(10).join(errors)}</td><td class=n>{p[1] if p else ''}</td>"
                                f"<td class=q>{port_html}</td></tr>\n"))
-    title = f"review: {torch_path.name} against {port_path.name}"
     if first is not None and torch_first is not None:
         key = (torch_first.file, torch_first.line)
         target = home.get(key, ident(None, [key]))
@@ -150,7 +149,7 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
                          "</tbody>")
         parts.append(_folded(sections[f], texts[f]))
     body = f"{banner}<table>{head}{''.join(parts)}</table>"
-    return document(title, intro, LEGEND, body)
+    return document(f"review: {torch_path.name} against {port_path.name}", intro, LEGEND, body)
 
 
 def _agreed(torch: Any, port: Any, alignment: Any, torch_label: dict[str, str], port_label: dict[str, str],
