@@ -230,8 +230,8 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         if not below:  # a port that does not use an input torch uses here (positions for a mask it omits)
             below = sorted(_below(port, value, anchors - set(port.trace.jaxpr.jaxpr.invars), used),
                            key=port_order.__getitem__)
-        counterpart = choose(value, below, port.values, known,
-                             sorted(anchors, key=lambda p: port_order.get(p, -1)))
+        before = sorted(anchors, key=lambda p: port_order.get(p, -1))
+        counterpart = choose(var, torch, port, below, known, before)
         # A counterpart both of whose sides flow into values that agree again, while no torch
         # result that differs comes of it but through those, is another quantity (torch's
         # `rsqrt(var + eps)` where the port divides by `sqrt(var + eps)`; the port's attention

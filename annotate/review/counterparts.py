@@ -52,24 +52,33 @@ class TorchValues:
         return False
 
 
-def choose(value: np.ndarray, below: list[Any], port_values: dict[Any, np.ndarray], torch: TorchValues,
+def choose(var: Any, torch: Any, port: Any, below: list[Any], known: TorchValues,
            before: list[Any]) -> Any | None:
-    """The counterpart of torch's `value` among `below` (unpaired port values computed from the port
+    """The counterpart of torch's `var` among `below` (unpaired port values computed from the port
     partners of its nearest paired ancestors, in the port's order): the first that is no torch value
-    (`TorchValues`). One with more mask fills than torch's (the scores masked where torch has yet
-    to scale them) holds a later step: the port skipped this one, and its value before the mask,
-    the last of `before` (the ancestors' partners, in the port's order) of `value`'s size and
-    dtype, stands for it."""
+    (`known`). One with more mask fills than torch's, as many as a torch value computed from `var`
+    has (the scores masked where torch has yet to scale them, then masks them), holds that later
+    step: the port skipped this one, and its value before the mask, the last of `before` (the
+    ancestors' partners, in the port's order) of `var`'s size and dtype, stands for it."""
+    value = torch.values[var]
     for candidate in below:
-        theirs = port_values[candidate]
-        if torch.holds(theirs):
+        theirs = port.values[candidate]
+        if known.holds(theirs):
             continue
-        if _fills(theirs) > _fills(value):
-            skipped = [p for p in before if port_values[p].size == value.size
-                       and port_values[p].dtype == value.dtype and _fills(port_values[p]) <= _fills(value)]
+        count = _fills(theirs)
+        if count > _fills(value) and count in _later_fills(var, torch):
+            skipped = [p for p in before if port.values[p].size == value.size
+                       and port.values[p].dtype == value.dtype and _fills(port.values[p]) <= _fills(value)]
             return skipped[-1] if skipped else candidate
         return candidate
     return None
+
+
+def _later_fills(var: Any, torch: Any) -> set[int]:
+    """How many mask fills each torch value of `var`'s size computed from it has."""
+    size = torch.values[var].size
+    return {_fills(torch.values[t]) for t, above in torch.ancestors.items()
+            if var in above and t in torch.values and torch.values[t].size == size}
 
 
 def _fills(value: np.ndarray) -> int:

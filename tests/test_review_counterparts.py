@@ -1,10 +1,12 @@
-"""`annotate review` of a plain JAX port of transformers' Llama (tests/ports/hf_llama_port.py, written
-for these tests) against the torch model, each bug planted by editing one line of a copy. The first
-divergence names the port line that computes the wrong value: the `concatenate` of a rotate-half
-with its signs swapped, not the `split` before it (torch's halves, which torchax slices again inside
-its `cat`, are values the port's halves equal); the scores line of a port that forgets the attention
-scale, with a finite error, not the masked scores after it (whose fills torch's scaled scores do not
-have yet). The `--html` page says what the report says after the first divergence, in its words."""
+"""Which port value `annotate review` holds against a torch value no port value equals. A plain JAX
+port of transformers' Llama (tests/ports/hf_llama_port.py, written for these tests) against the
+torch model, each bug planted by editing one line of a copy: the first divergence names the port
+line that computes the wrong value, the `concatenate` of a rotate-half with its signs swapped, not
+the `split` before it (torch's halves, which torchax slices again inside its `cat`, are values the
+port's halves equal); the scores line of a port that forgets the attention scale, with a finite
+error, not the masked scores after it (whose fills torch's scaled scores do not have yet). The
+`--html` page says what the report says after the first divergence, in its words. A port value
+whose infinities no later torch value has (an overflow) is no later step's mask: it is named."""
 
 from __future__ import annotations
 
@@ -84,3 +86,46 @@ def test_the_first_divergence_is_the_line_that_computes_the_wrong_value(
     assert said is not None and html.unescape(re.sub(r"<[^>]+>", "", said.group(1))) == after, banner.group(0)
     if bug == "rope":
         assert f"<a href='#p-L{queries}'>" in said.group(1), said.group(1)
+
+
+OVERFLOW_TORCH = """import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+
+    def forward(self, x):
+        logits = self.proj(x) * 200.0
+        return torch.log_softmax(logits, dim=-1)
+
+
+def example():
+    torch.manual_seed(0)
+    return Head(), (torch.randn(3, 8),)
+"""
+OVERFLOW_PORT = """import jax.numpy as jnp
+
+
+def forward(params, x):
+    logits = (x @ params["proj"]["weight"].T + params["proj"]["bias"]) * 200.0
+    return logits - jnp.log(jnp.sum(jnp.exp(logits), axis=-1, keepdims=True))
+"""
+
+
+def test_infinities_no_torch_value_has_are_no_mask(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # The port's log-sum-exp overflows: its `exp` has infinities where torch's log_softmax has
+    # numbers, and no torch value after it masks those positions. The port did not skip a step
+    # there: the divergence is its `exp`, not the logits before it (equal to torch's).
+    (tmp_path / "head.py").write_text(OVERFLOW_TORCH)
+    (tmp_path / "head_port.py").write_text(OVERFLOW_PORT)
+    code = main(["review", str(tmp_path / "head.py"), str(tmp_path / "head_port.py"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    found = FIRST.search(out)
+    assert found is not None, out
+    assert found.group(1, 2) == ("head.py:12", "head_port.py:6"), out
+    assert found.group(4).startswith("after the port's last equal value: head_port.py:5 "), out
