@@ -16,8 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from jaxside.annotate.cli import main
+from review_rows import line_number, review
 
 PORTS = Path(__file__).resolve().parent / "ports"
 TORCH = PORTS / "hf_llama.py"
@@ -33,16 +32,8 @@ BUGS = {  # bug -> (the port's line, what the bug makes of it, the text of torch
 }
 
 
-def _line(lines: list[str], text: str) -> int:
-    found = [n for n, line in enumerate(lines, 1) if text in line]
-    assert len(found) == 1, (text, found)
-    return found[0]
-
-
 def _review(port: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
-    code = main(["review", str(TORCH), str(port), "-q", *extra])
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    return review(TORCH, port, capsys, *extra)
 
 
 def test_the_port_matches(capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,8 +59,8 @@ def test_the_first_divergence_is_the_line_that_computes_the_wrong_value(
     assert code == 1, out
     found = FIRST.search(out)
     assert found is not None, out
-    torch_line = _line(inspect.getsource(modeling_llama).splitlines(), torch_text)
-    port_line = _line(port.read_text().splitlines(), edit)
+    torch_line = line_number(inspect.getsource(modeling_llama).splitlines(), torch_text)
+    port_line = line_number(port.read_text().splitlines(), edit)
     assert found.group(1, 2) == (f"modeling_llama.py:{torch_line}", f"{PORT.name}:{port_line}"), out
     assert 0 < float(found.group(3)) < 10, out  # the values part by a number, not by a mask's inf
     after = found.group(4)
@@ -77,7 +68,7 @@ def test_the_first_divergence_is_the_line_that_computes_the_wrong_value(
         assert after.startswith("the port's value equals torch's earlier modeling_llama.py:"
                                 f"{torch_line} `torch.matmul(query, key_states.transpose(2, 3))`: "), out
     else:  # the port's queries are torch's: the bug lies after them
-        queries = _line(source.splitlines(), "return (x @ weight.T).reshape(")  # inside heads()
+        queries = line_number(source.splitlines(), "return (x @ weight.T).reshape(")  # inside heads()
         assert after.startswith(f"after the port's last equal value: {PORT.name}:{queries} "), out
     # The page says the same, in the banner, its port line linked to the line's row.
     banner = re.search(r"<div class=banner id=first>(.*?)</div></div>", page.read_text(encoding="utf-8"))
@@ -122,8 +113,7 @@ def test_infinities_no_torch_value_has_are_no_mask(tmp_path: Path,
     # there: the divergence is its `exp`, not the logits before it (equal to torch's).
     (tmp_path / "head.py").write_text(OVERFLOW_TORCH)
     (tmp_path / "head_port.py").write_text(OVERFLOW_PORT)
-    code = main(["review", str(tmp_path / "head.py"), str(tmp_path / "head_port.py"), "-q"])
-    out = capsys.readouterr().out
+    code, out = review(tmp_path / "head.py", tmp_path / "head_port.py", capsys)
     assert code == 1, out
     found = FIRST.search(out)
     assert found is not None, out
