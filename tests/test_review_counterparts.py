@@ -6,7 +6,7 @@ the `split` before it (torch's halves, which torchax slices again inside its `ca
 port's halves equal); the scores line of a port that forgets the attention scale, with a finite
 error, not the masked scores after it (whose fills torch's scaled scores do not have yet). The
 `--html` page says what the report says after the first divergence, in its words. A port value
-whose infinities no later torch value has (an overflow) is no later step's mask: it is named."""
+whose infinities the next torch value has not (an overflow) is no next step's mask: it is named."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxside.annotate.review.counterparts import TorchValues, choose, constant, fill_limit
+from jaxside.annotate.review.counterparts import TorchValues, choose, constant, fill_limit, following
 
 
 @dataclass(eq=False)
@@ -219,6 +219,7 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
             if not is_literal(read):
                 consumers.setdefault(read, []).append(i)
     known = TorchValues(torch.values, lambda a, b: _equal(a, b, rtol, atol), rtol, atol)
+    checkpoints = set(torch.checkpoints)
     for var in torch.checkpoints:
         if var in found:
             continue
@@ -231,7 +232,8 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
             below = sorted(_below(port, value, anchors - set(port.trace.jaxpr.jaxpr.invars), used),
                            key=port_order.__getitem__)
         before = sorted(anchors, key=lambda p: port_order.get(p, -1))
-        counterpart = choose(var, torch, port, below, known, before)
+        counterpart = choose(var, torch, port, below, known, before, lambda v: following(
+            v, torch.trace.jaxpr.jaxpr.eqns, consumers, checkpoints))
         # A counterpart both of whose sides flow into values that agree again, while no torch
         # result that differs comes of it but through those, is another quantity (torch's
         # `rsqrt(var + eps)` where the port divides by `sqrt(var + eps)`; the port's attention

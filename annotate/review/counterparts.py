@@ -52,13 +52,13 @@ class TorchValues:
         return False
 
 
-def choose(var: Any, torch: Any, port: Any, below: list[Any], known: TorchValues,
-           before: list[Any]) -> Any | None:
+def choose(var: Any, torch: Any, port: Any, below: list[Any], known: TorchValues, before: list[Any],
+           following: Callable[[Any], set[Any]]) -> Any | None:
     """The counterpart of torch's `var` among `below` (unpaired port values computed from the port
     partners of its nearest paired ancestors, in the port's order): the first that is no torch value
-    (`known`). One with more mask fills than torch's, as many as a torch value computed from `var`
-    has (the scores masked where torch has yet to scale them, then masks them), holds that later
-    step: the port skipped this one, and its value before the mask, the last of `before` (the
+    (`known`). One with more mask fills than torch's, as many as a torch value it `following`ly
+    makes has (the scores masked where torch has yet to scale them, then masks them), holds that
+    next step: the port skipped this one, and its value before the mask, the last of `before` (the
     ancestors' partners, in the port's order) of `var`'s size and dtype, stands for it."""
     value = torch.values[var]
     for candidate in below:
@@ -66,7 +66,8 @@ def choose(var: Any, torch: Any, port: Any, below: list[Any], known: TorchValues
         if known.holds(theirs):
             continue
         count = _fills(theirs)
-        if count > _fills(value) and count in _later_fills(var, torch):
+        if count > _fills(value) and count in {_fills(torch.values[t]) for t in following(var)
+                                               if torch.values[t].size == value.size}:
             skipped = [p for p in before if port.values[p].size == value.size
                        and port.values[p].dtype == value.dtype and _fills(port.values[p]) <= _fills(value)]
             return skipped[-1] if skipped else candidate
@@ -74,11 +75,19 @@ def choose(var: Any, torch: Any, port: Any, below: list[Any], known: TorchValues
     return None
 
 
-def _later_fills(var: Any, torch: Any) -> set[int]:
-    """How many mask fills each torch value of `var`'s size computed from it has."""
-    size = torch.values[var].size
-    return {_fills(torch.values[t]) for t, above in torch.ancestors.items()
-            if var in above and t in torch.values and torch.values[t].size == size}
+def following(var: Any, eqns: Any, consumers: dict[Any, list[int]], checkpoints: set[Any]) -> set[Any]:
+    """The checkpoints torch computes from `var` next: reached through no other checkpoint (the
+    masked scores after the scaled ones, never a later layer's)."""
+    found: set[Any] = set()
+    stack, seen = [var], {var}
+    while stack:
+        for index in consumers.get(stack.pop(), ()):
+            for out in eqns[index].outvars:
+                if out in seen:
+                    continue
+                seen.add(out)
+                (found.add if out in checkpoints else stack.append)(out)
+    return found
 
 
 def _fills(value: np.ndarray) -> int:
