@@ -3,8 +3,8 @@ otherwise, and, where one torch method was lowered to several defs (instances th
 branches), the torch name plus what sets each def apart: the branch its calls took
 (`forward_downsample`, as the functional def's suffix says, `forward_no_residual` for
 `x if self.residual else 0`), else a library function only it calls (`forward_tanh`: its
-`self.act` is a `Tanh`), else a number its calls bound that the others' did not
-(`forward_groups_1`), else its place among them (`forward_2`)."""
+`self.act` is a `Tanh`), else a number its calls bound, or their modules held, that the
+others' did not (`forward_heads_4`), else its place among them (`forward_1` for the second)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import re
 from jaxside.render import names as naming
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Function
+from jaxside.tracing.trace import Call
 
 __all__ = ["method_names"]
 
@@ -51,16 +52,19 @@ def _suffix(function: Function) -> str | None:
     return rest.removeprefix("_") or None
 
 
-def _numbers(function: Function) -> set[tuple[str, int, object]]:
-    """The numbers every call of `function` bound to locals: (name, line, value)."""
-    found = [{(name, line, value) for name, line, value in call.seen.numbers} for call in function.calls]
-    return set.intersection(*found) if found else set()
+def _seen(call: Call) -> set[tuple[str, int, object]]:
+    """The numbers a call bound to locals, (name, line, value), and those its module held as its own
+    attributes (`heads`), at line 0."""
+    own = {(name, 0, value) for name, value in call.seen.attributes.items() if "." not in name}
+    return own | {(name, line, value) for name, line, value in call.seen.numbers}
 
 
 def _apart(function: Function, others: list[Function]) -> list[tuple[str, int, object]]:
-    """The numbers `function`'s calls bound that no other def's calls bound so."""
-    seen = {item for other in others for call in other.calls for item in call.seen.numbers}
-    return sorted((item for item in _numbers(function) if item not in seen), key=lambda item: item[1])
+    """The numbers every call of `function` saw that no other def's calls saw so."""
+    found = [_seen(call) for call in function.calls]
+    theirs = {item for other in others for call in other.calls for item in _seen(call)}
+    common = set.intersection(*found) - theirs if found else set()
+    return sorted(common, key=lambda item: (item[1] == 0, item[1], item[0]))
 
 
 def _branch(function: Function, others: list[Function]) -> str | None:
@@ -90,7 +94,8 @@ def _conditional(torch_def: ast.AST | None, name: str, line: int) -> ast.IfExp |
 
 
 def _number(function: Function, others: list[Function]) -> str | None:
-    """`groups_1`: a whole number a local took in every call of `function` and in no other def's."""
+    """`heads_4`: a whole number a local took (or the module held) in every call of `function`, in
+    no other def's."""
     for name, _, value in _apart(function, others):
         if type(value) is int and value >= 0:
             return f"{name}_{value}"
