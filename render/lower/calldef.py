@@ -37,7 +37,7 @@ from jaxside.render.lower.value_names import (
     call_name,
     cast_name,
     module_attribute,
-    number_parameters,
+    passed_values,
     returned_names,
     state_base,
 )
@@ -172,8 +172,8 @@ class CallDef(Body):
             return names
         signature = torch_source.parameters(node.call.file, node.call.line)
         bound = {name for name, _ in node.call.args}
-        numbers = number_parameters(node)
-        unbound = [n for n in signature if n not in bound and n not in numbers]
+        passed = passed_values(node)
+        unbound = [n for n in signature if n not in bound and (passed is None or n in passed)]
         operands: list[tuple[str, str, int]] = []  # (name, kind, slot)
         for index, (name, var) in enumerate(node.call.args):
             v = ctx.flow.resolve(var)

@@ -2,7 +2,7 @@
 the entry returns (`keys`, `values`, as its path says), a cast torch's type promotion made inside an
 expression (named for the operand it casts), the items of a tuple the callee returns by name, the
 new state of a child call (`new_kv_cache_state`), and which of a callee's parameters its caller
-passes numbers (never the name of a value hoisted out of its calls)."""
+passes values other than numbers (the only names a value hoisted out of its calls may take)."""
 
 from __future__ import annotations
 
@@ -103,24 +103,26 @@ def cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | No
     return None
 
 
-def number_parameters(node: Node) -> set[str]:
-    """The callee's parameters its call site passes a Python number: a literal, or an expression
-    of the caller's locals bound to numbers (`i` of `self.block(x, i)` in `for i in range(3)`).
-    A value hoisted out of such calls is no argument of theirs, so it is never named after one."""
+def passed_values(node: Node) -> set[str] | None:
+    """The callee's parameters its call site passes something other than a Python number (a
+    literal, or an expression of the caller's locals bound to numbers: `i` of `self.block(x, i)` in
+    `for i in range(3)`); None where the call site is no call this can read. A value hoisted out
+    of the calls may be named after one of these (`x_t` for `self.cell(x[:, t], h)`), never after a
+    parameter given a number or left at its default."""
     site, caller = node.call.call_site, node.parent
     found = torch_source.expression(site) if site is not None and caller is not None else None
     call = found[0] if found is not None else None
-    if not isinstance(call, ast.Call) or caller is None:
-        return set()
+    if not isinstance(call, ast.Call) or caller is None or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    if any(k.arg is None for k in call.keywords):  # `**kwargs`: what it passes is not written here
+        return None
     seen = caller.call.seen  # a local the caller bound to a number only, never to a tensor
     numbers = {name for name, _, _ in seen.numbers} - {name for name, _, _ in seen.bindings}
     passed: dict[str, ast.expr] = {k.arg: k.value for k in call.keywords if k.arg is not None}
     signature = torch_source.parameters(node.call.file, node.call.line)
     for name, argument in zip(signature, call.args):
-        if isinstance(argument, ast.Starred):
-            break
         passed.setdefault(name, argument)
-    return {name for name, argument in passed.items() if _is_number(argument, numbers)}
+    return {name for name, argument in passed.items() if not _is_number(argument, numbers)}
 
 
 def _is_number(node: ast.expr, numbers: set[str]) -> bool:
