@@ -30,6 +30,13 @@ from jaxside.tracing import Site
 MODELS = Path(__file__).resolve().parent / "models"
 
 
+@pytest.fixture(autouse=True)
+def fresh_imports(monkeypatch):
+    """The project's `import tiny_gpt` finds its own file, as in a new process: other tests import
+    tests/models/tiny_gpt.py under that name (`conftest.load_model`), and it is forgotten here."""
+    monkeypatch.delitem(sys.modules, "tiny_gpt", raising=False)
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """tests/models/ copied to a temporary directory: runs there may write, and must not write over it."""

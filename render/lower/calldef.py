@@ -18,7 +18,7 @@ from jaxside.render import names as naming
 from jaxside.render import source as torch_source
 from jaxside.render.ir import Fold, Function, Statement, fold, named
 from jaxside.render.lower.body import Body
-from jaxside.render.lower.calltree import CallTree, Group, Node, made_by_hoisted, operand_values
+from jaxside.render.lower.calltree import CallTree, Group, Node, hoisted_from, made_by_hoisted, operand_values
 from jaxside.render.lower.clone import clone
 from jaxside.render.lower.context import INLINE_LIMIT, Context, LoweringError
 from jaxside.render.lower.keys import is_key, key_name
@@ -37,6 +37,7 @@ from jaxside.render.lower.value_names import (
     call_name,
     cast_name,
     module_attribute,
+    passed_values,
     returned_names,
     state_base,
 )
@@ -171,7 +172,8 @@ class CallDef(Body):
             return names
         signature = torch_source.parameters(node.call.file, node.call.line)
         bound = {name for name, _ in node.call.args}
-        unbound = [n for n in signature if n not in bound]
+        passed = passed_values(node)
+        unbound = [n for n in signature if n not in bound and (passed is None or n in passed)]
         operands: list[tuple[str, str, int]] = []  # (name, kind, slot)
         for index, (name, var) in enumerate(node.call.args):
             v = ctx.flow.resolve(var)
@@ -188,6 +190,10 @@ class CallDef(Body):
                 base = "key"
             else:
                 origin = ctx.trace.origin(v)
+                sources = hoisted_from(ctx, node, v) if v in hoisted_vars else []
+                made_of = ctx.trace.origin(sources[0]) if len(sources) == 1 else None
+                if made_of is not None and made_of.kind in ("param", "buffer"):
+                    origin = made_of  # the one tensor it is made of: `shift` of `shift * 2.0`
                 base = (
                     naming.leaf_name(origin.name, node.call.module_path)
                     if origin and origin.name

@@ -380,6 +380,29 @@ def made_by_hoisted(ctx: Context, node: Node, v: Any) -> bool:
     )
 
 
+def hoisted_from(ctx: Context, node: Node, v: Any) -> list[Any]:
+    """The values a value hoisted out of `node` is computed from, outside the hoisted equations
+    (`params["shift"]` for `params["shift"] * 2.0`), in the order first read."""
+    parent = node.parent
+    made = (
+        {u: i for i, source in parent.hoisted.items() if source is node for u in ctx.flow.eqns[i].outvars}
+        if parent is not None
+        else {}
+    )
+    found: list[Any] = []
+    todo, done = [v], set()
+    while todo:
+        u = todo.pop()
+        if u in done:
+            continue
+        done.add(u)
+        if u not in made:
+            found.append(u)
+            continue
+        todo.extend(reversed([w for w in ctx.flow.eqns[made[u]].invars if isinstance(w, Var)]))
+    return found
+
+
 def _makers(eqns: list[Any], live: set[int]) -> dict[Any, tuple[int, int]] | None:
     """Where each value a live equation makes is made (the equation, its place among the outputs);
     None when a value is made twice or read before it is made."""

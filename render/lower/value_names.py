@@ -1,7 +1,8 @@
 """Names of the values a call of user code hands back, where torch names them elsewhere: a cache entry
 the entry returns (`keys`, `values`, as its path says), a cast torch's type promotion made inside an
-expression (named for the operand it casts), the items of a tuple the callee returns by name, and the
-new state of a child call (`new_kv_cache_state`)."""
+expression (named for the operand it casts), the items of a tuple the callee returns by name, the
+new state of a child call (`new_kv_cache_state`), and which of a callee's parameters its caller
+passes values other than numbers (the only names a value hoisted out of its calls may take)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 from typing import Any
 
 from jaxside.render import names as naming
+from jaxside.render import source as torch_source
 from jaxside.render.ir import Function, fold_of
 from jaxside.render.lower.calltree import Node
 from jaxside.render.lower.paths import relative
@@ -99,3 +101,37 @@ def cache_name(outputs: list[tuple[str, Any]], resolve: Any, v: Any) -> str | No
         if len(keys) > 1 and any("cache" in k or k.startswith("past") for k in keys[:-1]):
             return str(keys[-1])
     return None
+
+
+def passed_values(node: Node) -> set[str] | None:
+    """The callee's parameters its call site passes something other than a Python number (a
+    literal, or an expression of the caller's locals bound to numbers: `i` of `self.block(x, i)` in
+    `for i in range(3)`); None where the call site is no call this can read. A value hoisted out
+    of the calls may be named after one of these (`x_t` for `self.cell(x[:, t], h)`), never after a
+    parameter given a number or left at its default."""
+    site, caller = node.call.call_site, node.parent
+    found = torch_source.expression(site) if site is not None and caller is not None else None
+    call = found[0] if found is not None else None
+    if not isinstance(call, ast.Call) or caller is None or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    if any(k.arg is None for k in call.keywords):  # `**kwargs`: what it passes is not written here
+        return None
+    seen = caller.call.seen  # a local the caller bound to a number only, never to a tensor
+    numbers = {name for name, _, _ in seen.numbers} - {name for name, _, _ in seen.bindings}
+    passed: dict[str, ast.expr] = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    signature = torch_source.parameters(node.call.file, node.call.line)
+    for name, argument in zip(signature, call.args):
+        passed.setdefault(name, argument)
+    return {name for name, argument in passed.items() if not _is_number(argument, numbers)}
+
+
+def _is_number(node: ast.expr, numbers: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float, complex)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Name):
+        return node.id in numbers
+    if isinstance(node, ast.UnaryOp):
+        return _is_number(node.operand, numbers)
+    if isinstance(node, ast.BinOp):
+        return _is_number(node.left, numbers) and _is_number(node.right, numbers)
+    return False

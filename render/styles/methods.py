@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from jaxside.render.ir import Define, Function, Loop, Statement, named
 from jaxside.render.styles.layers import layer_match
+from jaxside.render.styles.method_names import method_names
 from jaxside.render.styles.reading import (
     all_statements,
     attribute_chain,
@@ -101,17 +102,18 @@ class Writer:
         """Frozen parameters read where other instances read trained ones: read as trained."""
         self._seen: dict[str, int] = {}
         """Per def taking no params, its calls written so far in the method (`_callee_path`)."""
+        self._method_names: dict[str, dict[int, str]] = {}
+        """Per class, its defs' method names, by `id`."""
 
     def method_name(self, function: Function) -> str:
-        """`__call__` for the torch `forward` (the first def of it), else the torch method's name."""
-        method = function.calls[0].function.rpartition(".")[2]
+        """`__call__` for the torch `forward` (the first def of it), else the torch method's name;
+        a further def of one torch method named for what sets it apart (`method_names`)."""
         klass = self.tree.methods.get(function.calls[0].module_type or "")
         if klass is None:
             return function.name
-        same = [f for f in klass.methods if f.calls[0].function.rpartition(".")[2] == method]
-        if len(same) > 1 and same[0] is not function:
-            return function.name
-        return "__call__" if method == "forward" else method
+        if klass.name not in self._method_names:
+            self._method_names[klass.name] = method_names(klass.methods)
+        return self._method_names[klass.name][id(function)]
 
     def method(self, function: Function) -> ast.FunctionDef:
         self._current, self._seen = function, {}

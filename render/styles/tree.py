@@ -131,6 +131,9 @@ class Flag:
     attribute: str = ""
     """The attribute a flag that is no presence test is kept as (`stride`, or `downsample_flag`
     when the class has a `downsample` of its own)."""
+    read: bool = True
+    """Whether a method of the class reads it: not when every def only hands it on to a child's
+    def (LeViT's `Transformer` passing `heads` to its `Attention`, which keeps its own)."""
 
     @property
     def differing(self) -> dict[str, str]:
@@ -207,6 +210,7 @@ class Tree:
 
     def _methods(self) -> dict[str, Klass]:
         classes: dict[str, Klass] = {}
+        defs = {f.name: f for f in self.program.functions}
         for function in self.program.functions:
             call = function.calls[0]
             if call.module_path is None or not call.module_type:
@@ -221,12 +225,15 @@ class Tree:
             reads = [n for n in ast.walk(function.node()) if isinstance(n, ast.Name)
                      and n.id == self.config_name and id(n) not in passed]
             klass.uses_config |= bool(reads)
+            read = _read_names(function, defs)
             for keyword in function.keywords:
                 if keyword.name == self.config_name:
                     continue
                 if keyword.name not in klass.keywords:
                     klass.keywords.append(keyword.name)
-                klass.flags[keyword.name] = _flag(klass, keyword, function, klass.flags.get(keyword.name))
+                known = klass.flags.get(keyword.name)
+                flag = klass.flags[keyword.name] = _flag(klass, keyword, function, known)
+                flag.read = keyword.name in read or (known is not None and known.read)
         return classes
 
     @property
@@ -279,6 +286,23 @@ def _flag(klass: Klass, keyword: Keyword, function: Function, known: Flag | None
     return flag
 
 
+def _read_names(function: Function, defs: dict[str, Function]) -> set[str]:
+    """The names `function`'s method reads: its def's, but for the keyword arguments it hands a
+    child module's def (`n=n`), which the method drops, the child keeping its own."""
+    tree = function.node()
+    handed: set[int] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        callee = defs.get(node.func.id)
+        if callee is None or callee.calls[0].module_type is None:
+            continue
+        takes = {k.name for k in callee.keywords}
+        handed |= {id(n) for k in node.keywords if k.arg in takes for n in ast.walk(k.value)}
+    return {n.id for s in tree.body for n in ast.walk(s) if isinstance(n, ast.Name) and id(n) not in handed}
+
+
 def kept_flags(klass: Klass) -> list[Flag]:
-    """The flags a class keeps as attributes (`stride`): not the ones that test for an attribute."""
-    return [f for f in klass.flags.values() if not f.presence]
+    """The flags a class keeps as attributes (`stride`): not the ones that test for an attribute,
+    nor those no method reads."""
+    return [f for f in klass.flags.values() if not f.presence and f.read]
