@@ -1,8 +1,9 @@
 """`annotate review` of ports laid out as real ones are: an entry file importing the port from a
 module (Flax Linen) or from a package of several modules (Flax NNX, Equinox). Every port line is a
 port line, labelled with its own file: each correct port passes with line-level pairs, and each bug
-planted in one line of a copy (rotary sign, norm epsilon, attention scale) is named at that line of
-that file. The ports in tests/ports/ were written for these tests, each in its framework's idiom."""
+planted in one line of a copy (rotary sign, norm epsilon, attention scale wrong or forgotten) is
+named at that line of that file, with a finite error. The ports in tests/ports/ were written for
+these tests, each in its framework's idiom."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ BUGS = {
                           "[x[..., half:], -x[..., :half]]"),
     ("equinox", "eps"): ("eqx_port/norm.py", "rsqrt(variance + self.eps)", "rsqrt(variance) + self.eps"),
     ("equinox", "scale"): ("eqx_port/attention.py", "/ jnp.sqrt(q.shape[-1])", "/ q.shape[-1]"),
+    # The scale forgotten: torch's scaled scores have no port value, the masked ones come next.
+    ("nnx", "no scale"): ("nnx_port/layers.py", " / jnp.sqrt(self.head_dim).astype(q.dtype)", ""),
+    ("linen", "no scale"): ("linen_port.py", " * self.head_dim**-0.5", ""),
+    ("equinox", "no scale"): ("eqx_port/attention.py", " / jnp.sqrt(q.shape[-1])", ""),
 }
 
 
@@ -103,9 +108,10 @@ def test_planted_bug_is_named_at_its_file_and_line(framework: str, bug: str, tmp
     (root / file).write_text("".join(lines))
     code, out = _review(root, framework, capsys)
     assert code == 1, out
-    found = re.search(r"^  port  (\S+):(\d+) ", out, re.M)
+    found = re.search(r"^  port  (\S+):(\d+) .*\n  max error (\S+)$", out, re.M)
     assert found, out
     assert (found.group(1), int(found.group(2))) == (Path(file).name, hits[0] + 1), out
+    assert float(found.group(3)) < 100, out  # a number: never a mask's fill against a score
 
 
 def test_library_attention_call_is_one_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,8 +15,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 import torch
-
-from jaxside.annotate.cli import main
+from review_rows import line_number, review
 
 PORTS = Path(__file__).resolve().parent / "ports"
 TORCH = PORTS / "tied_cached.py"
@@ -26,16 +25,11 @@ NO_CACHE = "the port keeps no cache (a one-shot forward needs none)"
 
 
 def _line(path: Path, text: str) -> int:
-    """The number of the one line of `path` that contains `text`."""
-    found = [n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line]
-    assert len(found) == 1, (text, found)
-    return found[0]
+    return line_number(path.read_text().splitlines(), text)
 
 
 def _review(port: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
-    code = main(["review", str(TORCH), str(port), "-q", *extra])
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    return review(TORCH, port, capsys, *extra)
 
 
 def _weights(out: str) -> str:

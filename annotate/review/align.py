@@ -9,6 +9,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxside.annotate.review.counterparts import TorchValues, choose, constant, fill_limit, following
+
 
 @dataclass(eq=False)
 class Constant:
@@ -137,15 +139,10 @@ def _ancestors(jaxpr: Any) -> dict[Any, frozenset[Any]]:
     return seen
 
 
-def _fill(a: np.ndarray) -> float:
-    """How large a value is a mask's fill rather than a number: 1e9, or half a narrow float's range."""
-    return min(1e9, float(np.finfo(a.dtype).max) / 2) if a.dtype.kind == "f" else np.inf
-
-
 def _both_fill(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elements both sides fill alike: the same infinity, or huge values of one sign (torch's
     `finfo.min` where the port writes `-inf`, or `-1e10`): what a mask fills agrees whatever the value."""
-    limit = min(_fill(a), _fill(b))
+    limit = min(fill_limit(a.dtype), fill_limit(b.dtype))
     with np.errstate(invalid="ignore"):
         return (np.abs(a) >= limit) & (np.abs(b) >= limit) & (np.sign(a) == np.sign(b))
 
@@ -201,7 +198,7 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         equal = [p for p in port.checkpoints if _same_type(port.values[p], value)
                  and read <= port.ancestors[p] and _equal(value, port.values[p], rtol, atol)]
         fresh = [p for p in equal if p not in used]
-        if equal and not fresh and _constant(value):
+        if equal and not fresh and constant(value):
             equal = []  # all one number, equal to a value paired already: no evidence; by ancestry
         if equal:
             fresh = fresh or equal
@@ -221,6 +218,8 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         for read in eqn.invars:
             if not is_literal(read):
                 consumers.setdefault(read, []).append(i)
+    known = TorchValues(torch.values, lambda a, b: _equal(a, b, rtol, atol), rtol, atol)
+    checkpoints = set(torch.checkpoints)
     for var in torch.checkpoints:
         if var in found:
             continue
@@ -228,10 +227,13 @@ def align(torch: Side, port: Side, inputs: dict[Any, Any], rtol: float, atol: fl
         anchors = {partner[a] for a in _anchors(var, torch, partner)}
         # Of that shape, or of its axes in another order (a port keeping queries as (batch, seq,
         # heads, head_dim) where torch has (batch, heads, seq, head_dim)).
-        below = _below(port, value, anchors, used)
+        below = sorted(_below(port, value, anchors, used), key=port_order.__getitem__)
         if not below:  # a port that does not use an input torch uses here (positions for a mask it omits)
-            below = _below(port, value, anchors - set(port.trace.jaxpr.jaxpr.invars), used)
-        counterpart = min(below, key=port_order.__getitem__) if below else None
+            below = sorted(_below(port, value, anchors - set(port.trace.jaxpr.jaxpr.invars), used),
+                           key=port_order.__getitem__)
+        before = sorted(anchors, key=lambda p: port_order.get(p, -1))
+        counterpart = choose(var, torch, port, below, known, before, lambda v: following(
+            v, torch.trace.jaxpr.jaxpr.eqns, consumers, checkpoints))
         # A counterpart both of whose sides flow into values that agree again, while no torch
         # result that differs comes of it but through those, is another quantity (torch's
         # `rsqrt(var + eps)` where the port divides by `sqrt(var + eps)`; the port's attention
@@ -264,7 +266,7 @@ def _uniform_weights(torch: Side, port: Side, inputs: dict[Any, Any]) -> dict[An
     # has no step of its own to check: the port's values come without it, by no grace.
     used = frozenset().union(*(port.ancestors.get(v, frozenset()) for v in port.outvars))
     return {t: p for t, p in inputs.items()
-            if t in weights and t in torch.values and _constant(torch.values[t]) and p in used}
+            if t in weights and t in torch.values and constant(torch.values[t]) and p in used}
 
 
 def _reaches(start: Any, targets: set[Any], through: set[Any], eqns: Any,
@@ -288,12 +290,6 @@ def _equal(value: np.ndarray, theirs: np.ndarray, rtol: float, atol: float) -> b
         return True
     return theirs.shape != value.shape and any(
         close(value, np.transpose(theirs, axes), rtol, atol) for axes in _orders(theirs.shape, value.shape))
-
-
-def _constant(value: np.ndarray) -> bool:
-    """Every element the same number (all zeros after a relu of negatives): equal to too much."""
-    flat = value.reshape(-1)
-    return flat.size > 1 and bool(np.all(flat == flat[0]))
 
 
 def _scale(value: np.ndarray) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxside.annotate.options import ReviewOptions
-from jaxside.annotate.review.report import error_text, labels, rows, side_files, site_of
+from jaxside.annotate.review.report import agreed_until, error_text, labels, rows, side_files, site_of
 from jaxside.render.html import folds, highlight
 from jaxside.render.html.page import document
 from jaxside.render.source import python_lines
@@ -120,7 +120,6 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
                                f"<td class=n>{numbers}</td><td class=t>{torch_html}</td>"
                                f"<td class=e>{chr(10).join(errors)}</td><td class=n>{p[1] if p else ''}</td>"
                                f"<td class=q>{port_html}</td></tr>\n"))
-    title = f"review: {torch_path.name} against {port_path.name}"
     if first is not None and torch_first is not None:
         key = (torch_first.file, torch_first.line)
         target = home.get(key, ident(None, [key]))
@@ -132,7 +131,8 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
         banner = (f"<div class=banner id=first>First divergence: torch <a href='#{target}'>"
                   f"{html.escape(torch_label.get(torch_first.file, torch_path.name))}:{torch_first.line}</a> "
                   f"<code>{html.escape(' '.join((torch_first.text or '').split()))}</code> against port "
-                  f"{html.escape(port_where)}, max error {error_text(first.error)}{worst}</div>")
+                  f"{html.escape(port_where)}, max error {error_text(first.error)}{worst}"
+                  f"{_agreed(torch, port, alignment, torch_label, port_label, ids)}</div>")
     else:
         banner = "<div class='banner good' id=first>No divergence: every paired value agrees.</div>"
     shown = ", ".join(port_label.get(f, Path(f).name) for f in port_files)
@@ -149,7 +149,19 @@ def html_page(options: ReviewOptions, torch: Any, port: Any, alignment: Any,
                          "</tbody>")
         parts.append(_folded(sections[f], texts[f]))
     body = f"{banner}<table>{head}{''.join(parts)}</table>"
-    return document(title, intro, LEGEND, body)
+    return document(f"review: {torch_path.name} against {port_path.name}", intro, LEGEND, body)
+
+
+def _agreed(torch: Any, port: Any, alignment: Any, torch_label: dict[str, str], port_label: dict[str, str],
+            ids: dict[str, str]) -> str:
+    """The report's line after the first divergence (the port's last equal value), in its words,
+    the port line it names linked to its row."""
+    parts = []
+    for text, site in agreed_until(torch, port, alignment, torch_label, port_label):
+        shown = html.escape(text)
+        parts.append(f"<a href='#{ids[site.file]}-L{site.line}'>{shown}</a>"
+                     if site is not None and site.file in ids else shown)
+    return f"<div class=after>{''.join(parts)}</div>" if parts else ""
 
 
 def _folded(body_rows: list[tuple[int | None, str]], source: str) -> str:

@@ -99,21 +99,32 @@ def _numbers(value: np.ndarray) -> str:
     return "[" + ", ".join(f"{x:.6g}" for x in flat) + (", ...]" if value.size > 4 else "]")
 
 
-def _agreed_until(torch: Any, port: Any, alignment: Any, torch_label: dict[str, str],
-                  port_label: dict[str, str]) -> list[str]:
+Words = list[tuple[str, Any]]
+"""A sentence as (text, site) pieces: a site where the text names a port line (the page links it)."""
+
+
+def agreed_until(torch: Any, port: Any, alignment: Any, torch_label: dict[str, str],
+                 port_label: dict[str, str]) -> Words:
     """The last port value the first divergent one is computed from that equals a torch value:
     the bug is in the port's lines after it, up to the divergent one (a missing step, such as an
-    attention scale torch folds into its fused call, has no port value of its own to name)."""
+    attention scale torch folds into its fused call, has no port value of its own to name). When
+    the divergent value itself equals an earlier torch value, the port skipped torch's steps from
+    that one (the scores it masks unscaled): said so. Empty when no port value before it agrees."""
     first = alignment.first
     partners = {pair.port_var: pair.torch_var for pair in alignment.pairs
                 if pair.close and pair.port_var is not None}
+    if first.port_var in partners:
+        return [("the port's value equals torch's earlier ", None),
+                (_where(site_of(torch, partners[first.port_var]), torch_label), None),
+                (": torch's steps from that one to this are missing in the port", None)]
     order = {var: i for i, var in enumerate(port.checkpoints)}
     agreed = [var for var in port.ancestors.get(first.port_var, ()) if var in partners and var in order]
     if not agreed:
         return []
     last = max(agreed, key=order.__getitem__)
-    return [f"  after the port's last equal value: {_where(site_of(port, last), port_label)} "
-            f"= torch {_where(site_of(torch, partners[last]), torch_label)}"]
+    site = site_of(port, last)
+    return [("after the port's last equal value: ", None), (_where(site, port_label), site),
+            (f" = torch {_where(site_of(torch, partners[last]), torch_label)}", None)]
 
 
 def _unpartnered(torch: Any, alignment: Any, unread: Any, torch_label: dict[str, str]) -> list[str]:
@@ -167,7 +178,9 @@ def text(options: ReviewOptions, torch: Any, port: Any, alignment: Any, mapping:
                 f"  port  {_where(site_of(port, first.port_var), port_label)}  {p.dtype}{list(p.shape)}  "
                 f"{_numbers(p)}",
                 f"  max error {error_text(first.error)}"]
-        out += _agreed_until(torch, port, alignment, torch_label, port_label) + [""]
+        words = agreed_until(torch, port, alignment, torch_label, port_label)
+        out += ["  " + "".join(text for text, _ in words)] if words else []
+        out.append("")
     elif not outputs_close:
         out += _unpartnered(torch, alignment, unread, torch_label)
     lost = {(site.file, site.line) for site in (site_of(port, v) for v in alignment.unmatched_port)
