@@ -31,12 +31,24 @@ def load_sample(name: str) -> ModuleType:
 
 
 def load_model(name: str) -> ModuleType:
-    """Import `tests/models/<name>.py` as `<name>` (once), with the folder on `sys.path` only then."""
+    """Import `tests/models/<name>.py` (once) under a name of its own, `_models_<name>`, with the
+    folder on `sys.path` only then: a test that runs a copy of the folder as a user would (its
+    `import tiny_gpt`) must find the copy, as a new process does, not this module."""
+    private = f"_models_{name}"
+    if private in sys.modules:
+        return sys.modules[private]
+    spec = importlib.util.spec_from_file_location(private, MODELS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[private] = module
     sys.path.insert(0, str(MODELS))
     try:
-        return importlib.import_module(name)
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[private]
+        raise
     finally:
         sys.path.remove(str(MODELS))
+    return module
 
 
 @pytest.fixture
